@@ -1,0 +1,109 @@
+// swift-tools-version:6.1
+// Vigil: the iOS background model for Linux accessory and Bluetooth apps.
+//
+// Targets are layered; dependencies point down only:
+//   C shims / system libraries  CVigilShim
+//   typed system wrappers        VigilSystem (event loop, sockets, cgroups, spawn)
+//   wire format                  VigilProtocol
+//   domain                       VigilLifecycle (manifests, config, lifecycle engine)
+//   daemon, client, CLI          VigilDaemon + vigild, VigilKit, vigilctl, examples
+import PackageDescription
+
+let strict: [SwiftSetting] = [.swiftLanguageMode(.v6)]
+
+let package = Package(
+    name: "Vigil",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "vigild", targets: ["vigild"]),
+        .executable(name: "vigilctl", targets: ["vigilctl"]),
+        .library(name: "VigilKit", targets: ["VigilKit"]),
+        .executable(name: "vigil-demo-app", targets: ["VigilDemoApp"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
+        .package(url: "https://github.com/LebJe/TOMLKit", exact: "0.6.0"),
+    ],
+    targets: [
+        // Bottom layer: the few syscalls Swift cannot reach directly.
+        .target(name: "CVigilShim"),
+
+        // Typed wrappers over the kernel: errors as values, no domain knowledge.
+        .target(
+            name: "VigilSystem",
+            dependencies: [
+                "CVigilShim",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ],
+            swiftSettings: strict
+        ),
+
+        // The vocabulary (app states, modes, messages) and wire format shared by
+        // the daemon and every client.
+        .target(name: "VigilProtocol", swiftSettings: strict),
+
+        // The domain: manifests, daemon config and the lifecycle engine (pure logic).
+        .target(
+            name: "VigilLifecycle",
+            dependencies: [
+                "VigilProtocol",
+                .product(name: "TOMLKit", package: "TOMLKit"),
+            ],
+            swiftSettings: strict
+        ),
+
+        // The daemon as a library, so tests and benchmarks can drive it in-process too.
+        .target(
+            name: "VigilDaemon",
+            dependencies: [
+                "VigilSystem", "VigilProtocol", "VigilLifecycle",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "vigild",
+            dependencies: [
+                "VigilDaemon",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strict
+        ),
+
+        // Client side.
+        .target(
+            name: "VigilKit",
+            dependencies: ["VigilProtocol", "VigilSystem"],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "vigilctl",
+            dependencies: [
+                "VigilKit",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "VigilDemoApp",
+            dependencies: ["VigilKit"],
+            path: "Sources/Examples/VigilDemoApp",
+            swiftSettings: strict
+        ),
+
+        .testTarget(name: "VigilSystemTests", dependencies: ["VigilSystem"], swiftSettings: strict),
+        .testTarget(name: "VigilProtocolTests", dependencies: ["VigilProtocol"], swiftSettings: strict),
+        .testTarget(name: "VigilLifecycleTests", dependencies: ["VigilLifecycle"], swiftSettings: strict),
+        .testTarget(
+            name: "VigilIntegrationTests",
+            dependencies: ["VigilKit", "VigilProtocol", "VigilSystem"],
+            swiftSettings: strict
+        ),
+    ]
+)

@@ -1,0 +1,71 @@
+// CVigilShim: the few pieces of the Linux API that Swift cannot reach directly.
+//
+// Swift's Glibc module leaves out epoll, eventfd and timerfd, cannot see
+// _GNU_SOURCE-only declarations (accept4, struct ucred), cannot call variadic
+// syscall(2) or read siginfo_t's union-backed macros, and must not run code in
+// a forked child of a multi-threaded process. Everything else stays in Swift.
+#ifndef CVIGILSHIM_H
+#define CVIGILSHIM_H
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
+#include <sys/types.h>
+
+// MARK: Threads and sockets
+
+/// The calling thread's kernel id, as in /proc/self/task/TID.
+pid_t vigil_gettid(void);
+
+/// Names the calling thread (truncated to 15 bytes) for ps, top and gdb.
+void vigil_set_thread_name(const char *name);
+
+/// accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK).
+int vigil_accept(int fd);
+
+/// The peer's credentials from SO_PEERCRED, as of connect(2) time.
+int vigil_peer_credentials(int fd, pid_t *pid, uid_t *uid, gid_t *gid);
+
+// MARK: Processes
+
+/// pidfd_open(2); the descriptor is close-on-exec.
+int vigil_pidfd_open(pid_t pid);
+
+/// pidfd_send_signal(2) with no siginfo.
+int vigil_pidfd_send_signal(int pidfd, int signal);
+
+/// Non-blocking waitid(WEXITED | WNOHANG) by pidfd (when >= 0) or by pid.
+/// Returns 1 when reaped (*exited: 1 for exit(), 0 for a signal; *code: the
+/// status or signal), 0 while the child still runs, -1 with errno set.
+int vigil_reap(int pidfd, pid_t pid, int *exited, int *code);
+
+/// The step of vigil_spawn that failed, reported back to the parent.
+typedef enum vigil_spawn_step {
+    VIGIL_SPAWN_PREPARE = 1,
+    VIGIL_SPAWN_FORK,
+    VIGIL_SPAWN_CGROUP,
+    VIGIL_SPAWN_SESSION,
+    VIGIL_SPAWN_STDIO,
+    VIGIL_SPAWN_FILE_DESCRIPTORS,
+    VIGIL_SPAWN_WORKING_DIRECTORY,
+    VIGIL_SPAWN_EXEC,
+} vigil_spawn_step;
+
+typedef struct vigil_spawn_request {
+    const char *path;              ///< Executable; used as given by execve.
+    char *const *argv;             ///< NULL-terminated, argv[0] included.
+    char *const *envp;             ///< NULL-terminated, the whole environment.
+    const char *working_directory; ///< NULL keeps the parent's.
+    int cgroup_procs_fd;           ///< Open cgroup.procs to join, or -1.
+    int stdin_fd;                  ///< Becomes fd 0.
+    int output_fd;                 ///< Becomes fds 1 and 2.
+    int new_session;               ///< Non-zero: setsid() in the child.
+} vigil_spawn_request;
+
+/// fork + execve with only async-signal-safe calls in the child. The child
+/// joins its cgroup, gets default signal dispositions and an empty signal
+/// mask, and keeps only fds 0-2. Returns 0 with *pid set, or an errno with
+/// *failed_step set (the child, if any, has already been reaped).
+int vigil_spawn(const vigil_spawn_request *request, pid_t *pid, vigil_spawn_step *failed_step);
+
+#endif

@@ -1,0 +1,138 @@
+import Glibc
+import VigilLifecycle
+import VigilProtocol
+import VigilSystem
+
+/// Client sockets: accepting, reading frames, writing with back-pressure, and
+/// closing one connection without disturbing the others.
+extension DaemonCore {
+    func acceptClients() {
+        guard let listener else { return }
+        while true {
+            let stream: UnixStream
+            do {
+                guard let accepted = try listener.accept() else { return }
+                stream = accepted
+            } catch {
+                logger.error("accept failed: \(error)")
+                return
+            }
+            guard let credentials = try? stream.peerCredentials() else {
+                stream.close()
+                continue
+            }
+            let connection = ClientConnection(id: nextConnectionID, stream: stream, credentials: credentials, limits: limits)
+            nextConnectionID += 1
+            connections[connection.id] = connection
+            let connectionID = connection.id
+            do {
+                connection.watch = try loop.watch(stream.fd, for: .readable) { [unowned self] events in
+                    self.assumeIsolated { $0.connectionReady(connectionID, events) }
+                }
+            } catch {
+                logger.error("cannot watch a client socket: \(error)")
+                close(connection)
+            }
+        }
+    }
+
+    func connectionReady(_ id: Int, _ events: IOEvents) {
+        guard let connection = connections[id] else { return }
+        if events.contains(.writable) {
+            guard connection.flushOutput() else { return close(connection) }
+            if connection.isClosing && !connection.hasPendingOutput { try? connection.stream.shutdown(.write) }
+            updateWritableInterest(connection)
+        }
+        if events.contains(.readable) || events.contains(.hangup) || events.contains(.error) {
+            readFrames(from: connection)
+        }
+    }
+
+    private func readFrames(from connection: ClientConnection) {
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        let count: Int?
+        do {
+            count = try buffer.withUnsafeMutableBytes { try connection.stream.read(into: $0) }
+        } catch {
+            return close(connection)
+        }
+        guard let count else { return }
+        guard count > 0 else { return close(connection) }  // EOF
+        if connection.isClosing { return }  // draining after a fatal error
+        connection.decoder.append(buffer[0..<count])
+        while connections[connection.id] != nil, !connection.isClosing {
+            let frame: Frame?
+            do {
+                frame = try connection.decoder.next()
+            } catch let error {
+                let code: ProtocolError.Code = switch error {
+                case .emptyHeader: .malformedFrame
+                case .headerTooLarge, .bodyTooLarge: .frameTooLarge
+                }
+                return fail(connection, ProtocolError(code, error.description))
+            }
+            guard let frame else { return }
+            handle(frame, from: connection)
+        }
+    }
+
+    /// Sends a fatal error, then closes only this connection. Reading goes on
+    /// (discarding) until the peer closes, so the error is not lost to a reset.
+    func fail(_ connection: ClientConnection, _ error: ProtocolError) {
+        logger.warning("closing client \(connection.id) (pid \(connection.credentials.pid)): \(error)")
+        send(error, id: error.id, to: connection)
+        connection.phase = .closing
+        if !connection.hasPendingOutput { try? connection.stream.shutdown(.write) }
+        let connectionID = connection.id
+        connection.closeTimer = loop.schedule(after: .seconds(2)) { [unowned self] in
+            self.assumeIsolated { core in
+                if let connection = core.connections[connectionID] { core.close(connection) }
+            }
+        }
+    }
+
+    func close(_ connection: ClientConnection) {
+        guard connections.removeValue(forKey: connection.id) != nil else { return }
+        if let watch = connection.watch { loop.removeWatch(watch) }
+        if let timer = connection.closeTimer { loop.cancelTimer(timer) }
+        connection.stream.close()
+        if let app = connection.appID, appConnections[app] == connection.id {
+            appConnections[app] = nil
+            _ = try? withEngine { engine, _ in engine.disconnected(app) }
+        }
+    }
+
+    func send<M: Message>(_ message: M, id: Int? = nil, body: [UInt8] = [], to connection: ClientConnection) {
+        connection.enqueue(MessageCodec.encode(message, id: id, body: body))
+        guard connection.flushOutput() else { return close(connection) }
+        if connection.pendingOutputCount > ClientConnection.maxPendingOutput {
+            logger.warning("client \(connection.id) reads nothing; closing it (its events stay queued)")
+            return close(connection)
+        }
+        updateWritableInterest(connection)
+    }
+
+    private func updateWritableInterest(_ connection: ClientConnection) {
+        let wanted = connection.hasPendingOutput
+        guard wanted != connection.wantsWritable, let watch = connection.watch else { return }
+        connection.wantsWritable = wanted
+        try? loop.updateWatch(watch, for: wanted ? [.readable, .writable] : .readable)
+    }
+
+    /// Delivers an engine message to the app's current connection.
+    func sendToApp(_ message: OutboundMessage, _ app: String) {
+        guard let id = appConnections[app], let connection = connections[id] else { return }
+        switch message {
+        case let .lifecycle(lifecycle):
+            send(lifecycle, to: connection)
+        case let .event(event, redelivered):
+            send(
+                EventMessage(seq: event.seq, kind: event.kind, attributes: event.attributes, redelivered: redelivered),
+                body: event.payload, to: connection)
+        case let .taskExpiring(expiring):
+            send(expiring, to: connection)
+        case let .deadline(deadline):
+            send(DeadlineChanged(deadline: deadline), to: connection)
+        }
+    }
+}

@@ -1,0 +1,108 @@
+import Foundation
+import VigilLifecycle
+import VigilProtocol
+import VigilSystem
+
+/// The engine's effects, carried out with real processes, cgroups and sockets.
+///
+/// The engine only ever runs on this actor's executor, so these nonisolated
+/// entry points assert that and step back into the actor synchronously.
+extension DaemonCore: LifecycleHost {
+    nonisolated func startProcess(of manifest: AppManifest, launch: LaunchOptions) throws -> Int32 {
+        try assumeIsolated { try $0.spawn(manifest, launch: launch) }
+    }
+
+    nonisolated func freeze(_ app: String) {
+        assumeIsolated { $0.applySuspension(app, "freeze") { try $0.freeze($1, pid: $2) } }
+    }
+
+    nonisolated func thaw(_ app: String) {
+        assumeIsolated { $0.applySuspension(app, "thaw") { try $0.thaw($1, pid: $2) } }
+    }
+
+    nonisolated func kill(_ app: String) {
+        assumeIsolated { $0.applySuspension(app, "kill") { try $0.kill($1, pid: $2) } }
+    }
+
+    nonisolated func send(_ message: OutboundMessage, to app: String) {
+        assumeIsolated { $0.sendToApp(message, app) }
+    }
+
+    nonisolated func record(_ decision: Decision) {
+        assumeIsolated { $0.decisions.append(decision) }
+    }
+}
+
+extension DaemonCore {
+    func logPath(of app: String) -> String { config.logDirectory + "/" + app + ".log" }
+
+    func spawn(_ manifest: AppManifest, launch: LaunchOptions) throws -> Int32 {
+        let log = open(logPath(of: manifest.id), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o640)
+        guard log >= 0 else {
+            throw DaemonError("cannot open log \(logPath(of: manifest.id)): \(String(cString: strerror(errno)))")
+        }
+        defer { Glibc.close(log) }
+        let banner = "--- \(Date()) vigild: starting \(manifest.exec.joined(separator: " ")) (reason: \(launch.reason.rawValue))\n"
+        _ = banner.withCString { write(log, $0, strlen($0)) }
+
+        var environment = SpawnRequest.currentEnvironment()
+        environment.merge(manifest.environment) { _, app in app }
+        environment["VIGIL_SOCKET"] = socketPath
+        environment["VIGIL_APP_ID"] = manifest.id
+        environment["VIGIL_LAUNCH_REASON"] = launch.reason.rawValue
+        let request = SpawnRequest(
+            executable: manifest.exec[0], arguments: Array(manifest.exec.dropFirst()), environment: environment,
+            workingDirectory: manifest.workingDirectory, cgroup: try suspender.prepareSpawn(for: manifest.id),
+            output: log, newSession: true, name: manifest.id)
+        let process = try ProcessSpawner.spawn(request)
+        watchExit(of: manifest.id, pid: process.pid, pidfd: process.pidfd, isChild: true)
+        return process.pid
+    }
+
+    /// Follows a process's end through its pidfd: no polling, no SIGCHLD.
+    func watchExit(of app: String, pid: Int32, pidfd: Int32, isChild: Bool) {
+        var process = AppProcess(pid: pid, pidfd: pidfd, watch: nil, isChild: isChild)
+        process.watch = try? loop.watch(pidfd, for: .readable) { [unowned self] _ in
+            self.assumeIsolated { $0.processEnded(app, pid: pid) }
+        }
+        processes[app] = process
+    }
+
+    func processEnded(_ app: String, pid: Int32) {
+        guard let process = processes[app], process.pid == pid else { return }
+        if let watch = process.watch { loop.removeWatch(watch) }
+        var status = "status unknown (not our child)"
+        var crashed = false
+        if let result = try? ProcessControl.reap(SpawnedProcess(pid: pid, pidfd: process.pidfd)) {
+            switch result {
+            case .unknown:
+                break
+            case let .exited(code):
+                status = "exit \(code)"
+                crashed = code != 0
+            case let .signaled(signal):
+                status = "signal \(signal)"
+                crashed = true
+            }
+        }
+        Glibc.close(process.pidfd)
+        processes[app] = nil
+        // The app's tree ends with its main process: no orphaned helpers.
+        try? suspender.kill(app, pid: pid)
+        if let connectionID = appConnections[app], let connection = connections[connectionID] {
+            close(connection)
+        }
+        _ = try? withEngine { engine, now in
+            engine.processExited(app, pid: pid, status: status, crashed: crashed, now: now)
+        }
+    }
+
+    func applySuspension(_ app: String, _ what: String, _ action: (any Suspender, String, Int32) throws -> Void) {
+        guard let pid = processes[app]?.pid ?? engine.apps[app]?.pid else { return }
+        do {
+            try action(suspender, app, pid)
+        } catch {
+            logger.error("\(what) \(app) failed: \(error)", metadata: ["app": "\(app)"])
+        }
+    }
+}

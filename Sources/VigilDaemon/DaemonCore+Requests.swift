@@ -1,0 +1,177 @@
+import Glibc
+import VigilLifecycle
+import VigilProtocol
+import VigilSystem
+
+/// Turns frames into engine calls and replies, per role.
+extension DaemonCore {
+    func handle(_ frame: Frame, from connection: ClientConnection) {
+        let message: IncomingMessage
+        do {
+            message = try IncomingMessage(frame: frame)
+        } catch {
+            return fail(connection, error)
+        }
+        do {
+            switch connection.phase {
+            case .handshake:
+                try handshake(message, connection)
+            case let .app(app):
+                try handleAppRequest(message, app: app, connection: connection)
+            case .control:
+                try handleControlRequest(message, connection: connection)
+            case .closing:
+                return
+            }
+        } catch {
+            if error.closesConnection {
+                fail(connection, error)
+            } else if let id = message.id {
+                send(ProtocolError(error.code, error.message), id: id, to: connection)
+            } else {
+                logger.warning("client \(connection.id): \(error) (no id, nothing to answer)")
+            }
+        }
+    }
+
+    // MARK: Handshake
+
+    private func handshake(_ message: IncomingMessage, _ connection: ClientConnection) throws(ProtocolError) {
+        guard message.type == Hello.type else {
+            throw ProtocolError(.handshakeRequired, "the first frame must be 'hello', not '\(message.type)'")
+        }
+        let hello: Hello = try message.decode()
+        guard let version = hello.versions.filter(ProtocolVersion.supported.contains).max() else {
+            throw ProtocolError(.unsupportedVersion, "no common protocol version: client speaks \(hello.versions), daemon speaks \(ProtocolVersion.supported)")
+        }
+        let pid = connection.credentials.pid
+        let running = engine.apps.compactMapValues(\.pid)
+        let owner = suspender.app(owning: pid, running: running)
+        switch hello.role {
+        case .control:
+            if let owner {
+                throw ProtocolError(.unauthorized, "process \(pid) belongs to app \(owner): apps cannot use the control role")
+            }
+            let uid = connection.credentials.uid
+            guard uid == 0 || uid == geteuid() else {
+                throw ProtocolError(.unauthorized, "uid \(uid) may not control this daemon (only root and uid \(geteuid()))")
+            }
+            connection.phase = .control
+            send(Welcome(version: version, daemon: Self.version, role: .control, limits: limits), to: connection)
+        case .app:
+            guard let owner, engine.apps[owner]?.pid != nil else {
+                throw ProtocolError(.unauthorized, "process \(pid) is not part of an app launched by vigild")
+            }
+            if let claimed = hello.app, claimed != owner {
+                throw ProtocolError(.unauthorized, "process \(pid) belongs to app \(owner), not \(claimed)")
+            }
+            if let previous = appConnections[owner], let old = connections[previous] {
+                logger.info("app \(owner) connected again; closing its previous connection")
+                close(old)
+            }
+            connection.phase = .app(owner)
+            appConnections[owner] = connection.id
+            // Welcome first, then whatever the engine sends on connecting (didBecomeActive, events).
+            let app = engine.apps[owner]!
+            send(
+                Welcome(
+                    version: version, daemon: Self.version, role: .app, app: owner, state: app.state,
+                    launch: app.launch, deadline: app.state.isForeground ? nil : app.limitAt, limits: limits),
+                to: connection)
+            _ = try withEngine { engine, now in engine.connected(owner, now: now) }
+        }
+    }
+
+    // MARK: App role
+
+    private func handleAppRequest(_ message: IncomingMessage, app: String, connection: ClientConnection) throws(ProtocolError) {
+        switch message.type {
+        case Acknowledge.type:
+            let ack: Acknowledge = try message.decode()
+            try withEngine { engine, _ in engine.acknowledge(app, upTo: ack.seq) }
+        case BeginBackgroundTask.type:
+            let request: BeginBackgroundTask = try message.decode()
+            let task = try withEngine { engine, now in engine.beginBackgroundTask(app, name: request.name, now: now) }
+            send(BackgroundTaskGranted(task: task), id: message.id, to: connection)
+        case EndBackgroundTask.type:
+            let request: EndBackgroundTask = try message.decode()
+            guard engine.apps[app]?.tasks.contains(where: { $0.id == request.task }) == true else {
+                throw ProtocolError(.invalidArgument, "no background task \(request.task) is held", id: message.id)
+            }
+            // Reply before the engine may freeze the app.
+            send(Done(), id: message.id, to: connection)
+            try withEngine { engine, now throws(ProtocolError) in try engine.endBackgroundTask(app, task: request.task, now: now) }
+        case FinishedProcessing.type:
+            send(Done(), id: message.id, to: connection)
+            try withEngine { engine, now in engine.finishedProcessing(app, now: now) }
+        case QueryBackgroundTime.type:
+            let seconds = try withEngine { engine, now in engine.backgroundTimeRemaining(app, now: now) }
+            send(BackgroundTimeRemaining(seconds: seconds), id: message.id, to: connection)
+        default:
+            throw ProtocolError(.unknownMessage, "unknown message type '\(message.type)' for an app", id: message.id)
+        }
+    }
+
+    // MARK: Control role
+
+    private func handleControlRequest(_ message: IncomingMessage, connection: ClientConnection) throws(ProtocolError) {
+        switch message.type {
+        case StatusRequest.type:
+            send(status(), id: message.id, to: connection)
+        case ListApps.type:
+            send(AppList(apps: engine.apps.keys.sorted().compactMap(appInfo)), id: message.id, to: connection)
+        case AppActionRequest.type:
+            let request: AppActionRequest = try message.decode()
+            try withEngine { engine, now throws(ProtocolError) in
+                switch request.action {
+                case .launch: try engine.launch(request.app, now: now)
+                case .background: try engine.moveToBackground(request.app, now: now)
+                case .foreground: try engine.moveToForeground(request.app, now: now)
+                case .quit: try engine.forceQuit(request.app, now: now)
+                case .terminate: try engine.terminate(request.app, now: now)
+                }
+            }
+            guard let info = appInfo(request.app) else {
+                throw ProtocolError(.unknownApp, "no app with id '\(request.app)'")
+            }
+            send(AppReply(app: info), id: message.id, to: connection)
+        case WakeRequest.type:
+            let request: WakeRequest = try message.decode()
+            let event = QueuedEvent(kind: request.kind ?? "test", attributes: request.attributes ?? [:], payload: message.body)
+            let result = try withEngine { engine, now throws(ProtocolError) in
+                try engine.deliver(event, to: request.app, now: now)
+            }
+            send(EventAccepted(seq: result.seq, disposition: result.disposition.rawValue), id: message.id, to: connection)
+        case LogRequest.type:
+            let request: LogRequest = try message.decode()
+            send(DecisionLog(decisions: decisions.recent(app: request.app, limit: request.limit)), id: message.id, to: connection)
+        case ReloadRequest.type:
+            reloadManifests()
+            send(ReloadResult(apps: engine.apps.keys.sorted(), problems: manifestProblems), id: message.id, to: connection)
+        default:
+            throw ProtocolError(.unknownMessage, "unknown message type '\(message.type)' for a control client", id: message.id)
+        }
+    }
+
+    func status() -> DaemonStatus {
+        DaemonStatus(
+            daemon: Self.version, pid: getpid(), protocolVersion: ProtocolVersion.current, socket: socketPath,
+            suspension: suspender.mechanism, suspensionDetail: suspender.detail, cgroupRoot: suspender.cgroupRoot,
+            apps: engine.apps.count, manifestProblems: manifestProblems, timings: config.timings.asDictionary,
+            uptime: Double((MonotonicInstant.now() - started).components.seconds))
+    }
+
+    func appInfo(_ id: String) -> AppInfo? {
+        guard let app = engine.apps[id] else { return nil }
+        let now = self.now
+        return AppInfo(
+            id: id, state: app.state, pid: app.pid, backgroundModes: app.manifest.backgroundModes.sorted { $0.rawValue < $1.rawValue },
+            exitsOnSuspend: app.manifest.exitsOnSuspend, forceQuit: app.forceQuit, wakes: app.wakes, launches: app.launches,
+            backgroundTimeUsed: engine.backgroundTimeUsed(id, now: now),
+            backgroundTimeRemaining: engine.backgroundTimeRemaining(id, now: now),
+            tasks: app.tasks, queuedEvents: app.queue.queuedCount, unacknowledgedEvents: app.queue.unacknowledgedCount,
+            droppedEvents: app.queue.totalDropped, lastDecision: app.lastDecision?.action.rawValue,
+            lastReason: app.lastDecision?.reason, launchReason: app.launch?.reason, logPath: logPath(of: id),
+            manifestPath: app.manifest.path)
+    }
+}

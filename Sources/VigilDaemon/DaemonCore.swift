@@ -1,0 +1,181 @@
+import Foundation
+import Logging
+import VigilLifecycle
+import VigilProtocol
+import VigilSystem
+
+/// The daemon's single owner of state: the lifecycle engine, the app processes
+/// and the client connections.
+///
+/// It is an actor whose executor is the `EventLoop` thread, so socket, pidfd
+/// and timer handlers (which run on that thread) enter it synchronously with
+/// `assumeIsolated`, and everything the engine decides happens in one order.
+actor DaemonCore {
+    static let version = "vigild/0.1.0"
+
+    nonisolated let loop: EventLoop
+    nonisolated var unownedExecutor: UnownedSerialExecutor { loop.asUnownedSerialExecutor() }
+
+    let config: DaemonConfig
+    let socketPath: String
+    let configFile: String?
+    let logger: Logger
+    let limits = FrameLimits.default
+    let started = MonotonicInstant.now()
+
+    var engine: LifecycleEngine!
+    let suspender: any Suspender
+    var decisions: DecisionHistory
+    var manifestProblems: [ManifestProblem] = []
+    /// Manifests added in code (the built-in demo) on top of the directories.
+    var builtInManifests: [String: AppManifest] = [:]
+
+    var listener: UnixListener?
+    var listenerWatch: WatchID?
+    var connections: [Int: ClientConnection] = [:]
+    var nextConnectionID = 1
+    /// The connection each app is currently talking on.
+    var appConnections: [String: Int] = [:]
+    var processes: [String: AppProcess] = [:]
+    var engineTimer: (id: TimerID, deadline: UInt64)?
+
+    struct AppProcess {
+        var pid: Int32
+        var pidfd: Int32
+        var watch: WatchID?
+        /// Whether we can reap it (adopted processes are not our children).
+        var isChild: Bool
+    }
+
+    init(config: DaemonConfig, socketPath: String, configFile: String?, loop: EventLoop, logger: Logger) {
+        self.config = config
+        self.socketPath = socketPath
+        self.configFile = configFile
+        self.loop = loop
+        self.logger = logger
+        self.decisions = DecisionHistory(capacity: config.decisionLogSize, logger: logger)
+        self.suspender = Self.makeSuspender(config: config, logger: logger)
+    }
+
+    /// Picks the cgroup freezer where it works, and says why not where it doesn't.
+    static func makeSuspender(config: DaemonConfig, logger: Logger) -> any Suspender {
+        if config.suspension == .signal {
+            return SignalSuspender(reason: "chosen in the configuration (suspension = \"signal\")")
+        }
+        let failure: String
+        if let mount = Cgroup.unifiedMountPoint() {
+            let root: String
+            if let configured = config.cgroupRoot {
+                root = configured
+            } else {
+                let own = (try? Cgroup.ofSelf()) ?? "/"
+                root = mount + (own == "/" ? "" : own) + "/vigil"
+            }
+            if Cgroup.isUsable(at: (root as NSString).deletingLastPathComponent) || Cgroup.isUsable(at: root) {
+                do {
+                    return try CgroupSuspender(root: Cgroup(path: root), mountPoint: mount)
+                } catch {
+                    failure = "cannot create \(root): \(error)"
+                }
+            } else {
+                failure = "no writable cgroup v2 tree at \(root) (run as root, or under systemd with Delegate=yes)"
+            }
+        } else {
+            failure = "cgroup2 is not mounted"
+        }
+        if config.suspension == .cgroup {
+            logger.error("suspension = \"cgroup\" was asked for, but \(failure); using signals")
+        }
+        return SignalSuspender(reason: failure)
+    }
+
+    // MARK: Start and stop
+
+    func start(demo: Bool) throws {
+        engine = LifecycleEngine(timings: config.timings, queueLimit: config.eventQueueLimit, host: self)
+        for directory in [config.stateDirectory, config.logDirectory] {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        }
+        if demo { builtInManifests = DemoDriver.manifests() }
+        reloadManifests()
+        adoptSurvivors()
+        let listener = try UnixListener.bind(path: socketPath, permissions: 0o666)
+        self.listener = listener
+        listenerWatch = try loop.watch(listener.fd, for: .readable) { [unowned self] _ in
+            self.assumeIsolated { $0.acceptClients() }
+        }
+        logger.notice("listening", metadata: [
+            "socket": "\(socketPath)", "suspension": "\(suspender.mechanism.rawValue)", "detail": "\(suspender.detail)",
+        ])
+        rearmEngineTimer()
+    }
+
+    /// Graceful stop: no app is left frozen; apps keep running and are adopted
+    /// again by the next daemon.
+    func shutdown() {
+        let now = MonotonicInstant.now().nanoseconds
+        for (id, app) in engine?.apps ?? [:] where app.state == .suspended {
+            thaw(id)
+            logger.info("thawed \(id) for the daemon's stop", metadata: ["app": "\(id)"])
+        }
+        _ = now
+        if let listenerWatch { loop.removeWatch(listenerWatch) }
+        listener?.close()
+        listener = nil
+        for connection in connections.values { close(connection) }
+        for process in processes.values {
+            if let watch = process.watch { loop.removeWatch(watch) }
+            Glibc.close(process.pidfd)
+        }
+        processes = [:]
+        if let engineTimer { loop.cancelTimer(engineTimer.id) }
+        logger.notice("stopped")
+    }
+
+    func reloadManifests() {
+        let result = ManifestLoader.load(directories: config.manifestDirectories)
+        manifestProblems = result.problems
+        for problem in result.problems {
+            logger.error("manifest rejected: \(problem)")
+        }
+        engine.updateManifests(result.manifests.merging(builtInManifests) { file, _ in file })
+        logger.info("manifests loaded", metadata: ["apps": "\(engine.apps.keys.sorted())"])
+    }
+
+    private func adoptSurvivors() {
+        let now = MonotonicInstant.now().nanoseconds
+        for survivor in suspender.survivors(known: Set(engine.apps.keys)) {
+            guard let pidfd = try? ProcessControl.pidfdOpen(survivor.pid) else { continue }
+            watchExit(of: survivor.app, pid: survivor.pid, pidfd: pidfd, isChild: false)
+            engine.adopt(survivor.app, pid: survivor.pid, frozen: survivor.frozen, now: now)
+        }
+    }
+
+    // MARK: Engine access
+
+    var now: UInt64 { MonotonicInstant.now().nanoseconds }
+
+    /// Runs `body` against the engine, then re-arms the single engine timer.
+    func withEngine<T>(_ body: (LifecycleEngine, UInt64) throws(ProtocolError) -> T) throws(ProtocolError) -> T {
+        defer { rearmEngineTimer() }
+        return try body(engine, now)
+    }
+
+    /// One timer for the engine's earliest deadline; none when nothing is due,
+    /// so an idle daemon is never woken.
+    func rearmEngineTimer() {
+        let next = engine.nextDeadline
+        if engineTimer?.deadline == next { return }
+        if let engineTimer { loop.cancelTimer(engineTimer.id) }
+        engineTimer = nil
+        guard let next else { return }
+        let id = loop.schedule(at: MonotonicInstant(nanoseconds: next)) { [unowned self] in
+            self.assumeIsolated { core in
+                core.engineTimer = nil
+                core.engine.advance(to: core.now)
+                core.rearmEngineTimer()
+            }
+        }
+        engineTimer = (id, next)
+    }
+}

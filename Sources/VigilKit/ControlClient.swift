@@ -1,0 +1,65 @@
+import VigilProtocol
+
+/// The control role: inspects and drives the daemon, for vigilctl and test rigs.
+/// Open to the daemon's user and root, never to an app's own processes.
+public final class ControlClient: Sendable {
+    /// The socket this client is connected to.
+    public var socketPath: String { connection.path }
+    /// The daemon's name and version, from the handshake.
+    public let daemon: String
+
+    private let connection: Connection
+
+    private init(connection: Connection, welcome: Welcome) {
+        self.connection = connection
+        self.daemon = welcome.daemon
+    }
+
+    deinit { connection.close() }
+
+    /// Connects to the daemon; the socket is resolved by `DaemonSocket.path(explicit:)`.
+    public static func connect(socketPath: String? = nil) async throws -> ControlClient {
+        let (connection, welcome) = try await Connection.establish(
+            path: DaemonSocket.path(explicit: socketPath),
+            hello: Hello(role: .control, client: "VigilKit/\(ProtocolVersion.current)")
+        )
+        return ControlClient(connection: connection, welcome: welcome)
+    }
+
+    public func status() async throws -> DaemonStatus {
+        try await connection.request(StatusRequest())
+    }
+
+    public func apps() async throws -> [AppInfo] {
+        try await connection.request(ListApps(), expecting: AppList.self).apps
+    }
+
+    /// Does what the user would (launch, background, foreground, quit) or the
+    /// system would (terminate). Returns the app as it is after the action.
+    public func perform(_ action: UserAction, app: String) async throws -> AppInfo {
+        try await connection.request(AppActionRequest(action: action, app: app), expecting: AppReply.self).app
+    }
+
+    /// Delivers an event to `app` through the path real sources use: it is
+    /// queued, and the app is woken or launched if its modes allow.
+    public func wake(
+        app: String, kind: String = "test", attributes: [String: JSONValue] = [:], payload: [UInt8] = []
+    ) async throws -> EventAccepted {
+        try await connection.request(WakeRequest(app: app, kind: kind, attributes: attributes), body: payload)
+    }
+
+    /// The decision log, oldest first; optionally one app's, optionally only the last `limit`.
+    public func log(app: String? = nil, limit: Int? = nil) async throws -> [DecisionRecord] {
+        try await connection.request(LogRequest(app: app, limit: limit), expecting: DecisionLog.self).decisions
+    }
+
+    /// Rereads the manifest directories.
+    public func reload() async throws -> ReloadResult {
+        try await connection.request(ReloadRequest())
+    }
+
+    /// Closes the connection; requests still waiting fail with `disconnected`.
+    public func close() {
+        connection.close()
+    }
+}

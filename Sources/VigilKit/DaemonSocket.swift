@@ -1,0 +1,23 @@
+import Foundation
+
+/// Where the daemon listens, resolved as docs/protocol.md prescribes so that
+/// every client (Swift, Python, vigilctl) finds the same daemon.
+public enum DaemonSocket {
+    /// The socket of the system daemon (`vigild --system`).
+    public static let systemPath = "/run/vigil/vigild.sock"
+
+    /// The socket to use: the explicit path, else `VIGIL_SOCKET` (which vigild
+    /// sets for every app it launches), else the per-user daemon's socket when
+    /// `XDG_RUNTIME_DIR` is set, else the system daemon's.
+    public static func path(
+        explicit: String? = nil,
+        environment: [String: String] = ProcessInfo.processInfo.environment
+    ) -> String {
+        if let explicit, !explicit.isEmpty { return explicit }
+        if let path = environment["VIGIL_SOCKET"], !path.isEmpty { return path }
+        if let runtime = environment["XDG_RUNTIME_DIR"], !runtime.isEmpty {
+            return runtime + "/vigil/vigild.sock"
+        }
+        return systemPath
+    }
+}

@@ -1,0 +1,124 @@
+import Foundation
+import VigilProtocol
+
+/// How the daemon should stop an app from running.
+public enum SuspensionPreference: String, Sendable {
+    /// The cgroup freezer where a writable cgroup v2 tree exists, else signals.
+    case automatic = "auto"
+    case cgroup
+    case signal
+}
+
+/// The daemon's configuration (`vigild.toml`). Every field has a default, so an
+/// empty or missing file is valid.
+///
+/// ```toml
+/// socket = "/run/vigil/vigild.sock"
+/// manifest-dirs = ["/etc/vigil/apps", "/usr/share/vigil/apps"]
+/// state-dir = "/var/lib/vigil"
+/// log-dir = "/var/log/vigil"
+/// cgroup-root = "/sys/fs/cgroup/unified/vigil"   # default: a "vigil" child of the daemon's own cgroup
+/// suspension = "auto"                           # auto | cgroup | signal
+/// event-queue-limit = 1000
+/// decision-log-size = 2000
+///
+/// [timings]
+/// suspend-grace = 5.0
+/// wake-budget = 10.0
+/// background-time-limit = 180.0
+/// expiration-warning = 5.0
+/// exit-grace = 5.0
+/// relaunch-window = 60.0
+/// relaunch-limit = 3
+/// ```
+public struct DaemonConfig: Sendable, Equatable {
+    public var socket: String?
+    public var manifestDirectories: [String]
+    public var stateDirectory: String
+    public var logDirectory: String
+    public var cgroupRoot: String?
+    public var suspension: SuspensionPreference = .automatic
+    public var eventQueueLimit: Int = 1000
+    public var decisionLogSize: Int = 2000
+    public var timings = Timings()
+
+    /// Defaults for the system daemon or for a per-user daemon.
+    public init(system: Bool, environment: [String: String] = ProcessInfo.processInfo.environment) {
+        if system {
+            manifestDirectories = ["/usr/share/vigil/apps", "/etc/vigil/apps"]
+            stateDirectory = "/var/lib/vigil"
+            logDirectory = "/var/log/vigil"
+        } else {
+            let home = environment["HOME"] ?? "/tmp"
+            let config = environment["XDG_CONFIG_HOME"] ?? home + "/.config"
+            let state = environment["XDG_STATE_HOME"] ?? home + "/.local/state"
+            manifestDirectories = ["/usr/share/vigil/apps", "/etc/vigil/apps", config + "/vigil/apps"]
+            stateDirectory = state + "/vigil"
+            logDirectory = state + "/vigil/logs"
+        }
+    }
+
+    static let knownFields: Set<String> = [
+        "socket", "manifest-dirs", "state-dir", "log-dir", "cgroup-root", "suspension", "event-queue-limit",
+        "decision-log-size", "timings",
+    ]
+    static let knownTimings: Set<String> = [
+        "suspend-grace", "wake-budget", "background-time-limit", "expiration-warning", "exit-grace",
+        "relaunch-window", "relaunch-limit",
+    ]
+
+    /// Applies a config file's settings over `defaults`. Relative paths are taken
+    /// relative to the file's directory.
+    public static func parse(_ text: String, file: String, defaults: DaemonConfig) throws(ManifestProblem) -> DaemonConfig {
+        let fields = try TOMLFields.parse(text, file: file)
+        try fields.rejectUnknownKeys(allowed: knownFields)
+        let base = (file as NSString).deletingLastPathComponent
+        func resolve(_ path: String) -> String { path.hasPrefix("/") ? path : base + "/" + path }
+
+        var config = defaults
+        config.socket = try fields.string("socket").map(resolve) ?? defaults.socket
+        config.manifestDirectories = try fields.stringArray("manifest-dirs")?.map(resolve) ?? defaults.manifestDirectories
+        config.stateDirectory = try fields.string("state-dir").map(resolve) ?? defaults.stateDirectory
+        config.logDirectory = try fields.string("log-dir").map(resolve) ?? defaults.logDirectory
+        config.cgroupRoot = try fields.string("cgroup-root").map(resolve) ?? defaults.cgroupRoot
+        if let name = try fields.string("suspension") {
+            guard let preference = SuspensionPreference(rawValue: name) else {
+                throw fields.problem("suspension", "must be one of auto, cgroup, signal")
+            }
+            config.suspension = preference
+        }
+        config.eventQueueLimit = try fields.positiveInt("event-queue-limit") ?? defaults.eventQueueLimit
+        config.decisionLogSize = try fields.positiveInt("decision-log-size") ?? defaults.decisionLogSize
+        if let timings = try fields.subtable("timings") {
+            try timings.rejectUnknownKeys(allowed: knownTimings)
+            var t = defaults.timings
+            t.suspendGrace = try timings.seconds("suspend-grace") ?? t.suspendGrace
+            t.wakeBudget = try timings.seconds("wake-budget") ?? t.wakeBudget
+            t.backgroundTimeLimit = try timings.seconds("background-time-limit") ?? t.backgroundTimeLimit
+            t.expirationWarning = try timings.seconds("expiration-warning") ?? t.expirationWarning
+            t.exitGrace = try timings.seconds("exit-grace") ?? t.exitGrace
+            t.relaunchWindow = try timings.seconds("relaunch-window") ?? t.relaunchWindow
+            t.relaunchLimit = try timings.positiveInt("relaunch-limit") ?? t.relaunchLimit
+            guard t.expirationWarning < t.backgroundTimeLimit else {
+                throw timings.problem("expiration-warning", "must be shorter than background-time-limit")
+            }
+            config.timings = t
+        }
+        return config
+    }
+
+    /// Reads `file`; a missing file at the default location is not an error.
+    public static func load(file: String, defaults: DaemonConfig, required: Bool) throws(ManifestProblem) -> DaemonConfig {
+        guard FileManager.default.fileExists(atPath: file) else {
+            if required { throw ManifestProblem(file: file, field: nil, message: "no such file") }
+            return defaults
+        }
+        let text: String
+        do {
+            text = try String(contentsOfFile: file, encoding: .utf8)
+        } catch {
+            throw ManifestProblem(file: file, field: nil, message: "cannot read: \(error.localizedDescription)")
+        }
+        return try parse(text, file: file, defaults: defaults)
+    }
+}

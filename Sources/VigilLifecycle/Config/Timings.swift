@@ -1,0 +1,28 @@
+/// Every duration of the background model, in seconds. Defaults are Vigil's
+/// numbers from the background model; tests shorten them through the config file.
+public struct Timings: Sendable, Equatable {
+    /// Time between entering the background and suspension, unless a task is held.
+    public var suspendGrace: Double = 5
+    /// Processing time after a wake, unless a task is held.
+    public var wakeBudget: Double = 10
+    /// Maximum background time while holding tasks, per background stretch.
+    public var backgroundTimeLimit: Double = 180
+    /// How long before the limit expiration handlers are called.
+    public var expirationWarning: Double = 5
+    /// Time an exits-on-suspend app has after `willTerminate`.
+    public var exitGrace: Double = 5
+    /// Crash-loop guard: at most `relaunchLimit` relaunches after crashes within this window.
+    public var relaunchWindow: Double = 60
+    public var relaunchLimit: Int = 3
+
+    public init() {}
+
+    /// The timings as `vigilctl status` shows them.
+    public var asDictionary: [String: Double] {
+        [
+            "suspend-grace": suspendGrace, "wake-budget": wakeBudget,
+            "background-time-limit": backgroundTimeLimit, "expiration-warning": expirationWarning,
+            "exit-grace": exitGrace, "relaunch-window": relaunchWindow, "relaunch-limit": Double(relaunchLimit),
+        ]
+    }
+}

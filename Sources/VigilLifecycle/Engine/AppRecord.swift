@@ -1,0 +1,60 @@
+import VigilProtocol
+
+/// Everything the engine knows about one app. Owned by the engine; read-only outside.
+public struct AppRecord: Sendable {
+    public internal(set) var manifest: AppManifest
+    public internal(set) var state: AppState = .notRunning
+    public internal(set) var pid: Int32?
+    public internal(set) var connected = false
+    /// Set by a user force-quit; cleared when the user launches the app again.
+    public internal(set) var forceQuit = false
+    public internal(set) var launch: LaunchOptions?
+    public internal(set) var tasks: [BackgroundTaskInfo] = []
+    public internal(set) var queue: EventQueue
+
+    // The current background stretch (entering the background, or a wake). All
+    // instants are CLOCK_MONOTONIC nanoseconds.
+    var backgroundSince: UInt64?
+    /// The background time limit: tasks cannot hold the app past it.
+    public internal(set) var limitAt: UInt64?
+    /// End of the grace period or wake budget: suspend then if no task is held.
+    var suspendAt: UInt64?
+    var expirationWarned = false
+    /// Kill deadline of an app told `willTerminate`.
+    var terminateAt: UInt64?
+    /// Why the engine itself ended the current process, to tell a crash apart.
+    var pendingExit: ExitCause?
+    var crashTimes: [UInt64] = []
+    var nextTaskID = 1
+
+    // Figures for `vigilctl apps`.
+    public internal(set) var wakes = 0
+    public internal(set) var launches = 0
+    public internal(set) var backgroundNanosecondsUsed: UInt64 = 0
+    public internal(set) var lastDecision: Decision?
+
+    init(manifest: AppManifest, queueLimit: Int) {
+        self.manifest = manifest
+        self.queue = EventQueue(limit: queueLimit)
+    }
+
+    public var id: String { manifest.id }
+
+    /// Whether `event` may be delivered now (events for a mode the app lacks wait
+    /// for the foreground).
+    func mayReceive(_ event: QueuedEvent) -> Bool {
+        state.isForeground || manifest.mayBeWoken(for: event.wakeMode)
+    }
+}
+
+/// Why a process of an app ended.
+enum ExitCause: Equatable {
+    /// The user force-quit it.
+    case user
+    /// The system ended it without notice (memory pressure, `vigilctl terminate`).
+    case system
+    /// A task was still held at the background time limit.
+    case watchdog(tasks: [BackgroundTaskInfo])
+    /// It was told `willTerminate` (exits-on-suspend).
+    case notice
+}

@@ -1,0 +1,104 @@
+import VigilProtocol
+
+/// An event waiting for, or delivered to and not yet acknowledged by, an app.
+public struct QueuedEvent: Sendable, Equatable {
+    public var seq: UInt64
+    public var kind: String
+    public var attributes: [String: JSONValue]
+    public var payload: [UInt8]
+    /// The background mode an app needs to be woken for it; nil wakes every app.
+    public var wakeMode: BackgroundMode?
+    /// Whether some process of the app was sent this event already.
+    public var everSent = false
+
+    public init(kind: String, attributes: [String: JSONValue] = [:], payload: [UInt8] = [], wakeMode: BackgroundMode? = nil) {
+        self.seq = 0
+        self.kind = kind
+        self.attributes = attributes
+        self.payload = payload
+        self.wakeMode = wakeMode
+    }
+}
+
+/// An app's bounded, ordered event queue with cumulative acknowledgement.
+///
+/// Events stay here, in daemon memory rather than socket buffers, from arrival
+/// until the app acknowledges them; `sentCount` leading events have gone to the
+/// current connection. A new connection starts again from the first
+/// unacknowledged event, which is how a crash mid-processing is redelivered.
+public struct EventQueue: Sendable {
+    public private(set) var events: [QueuedEvent] = []
+    public private(set) var sentCount = 0
+    public private(set) var nextSeq: UInt64 = 1
+    public let limit: Int
+    /// Events refused at the bound and not yet reported to the app.
+    public private(set) var unreportedDrops = 0
+    public private(set) var firstDroppedKind: String?
+    public private(set) var totalDropped = 0
+
+    public init(limit: Int, nextSeq: UInt64 = 1) {
+        self.limit = limit
+        self.nextSeq = nextSeq
+    }
+
+    public var isFull: Bool { events.count >= limit }
+    public var unsent: ArraySlice<QueuedEvent> { events[sentCount...] }
+    public var unacknowledgedCount: Int { sentCount }
+    public var queuedCount: Int { events.count - sentCount }
+
+    /// Appends `event` and returns its sequence number, or nil at the bound.
+    public mutating func append(_ event: QueuedEvent) -> UInt64? {
+        guard !isFull else { return nil }
+        var event = event
+        event.seq = nextSeq
+        nextSeq += 1
+        events.append(event)
+        return event.seq
+    }
+
+    /// Counts an event that could be neither held back nor queued.
+    public mutating func countDrop(kind: String) {
+        if unreportedDrops == 0 { firstDroppedKind = kind }
+        unreportedDrops += 1
+        totalDropped += 1
+    }
+
+    /// Queues the `overflow` report once there is room for it.
+    public mutating func appendOverflowReportIfPossible() {
+        guard unreportedDrops > 0, !isFull else { return }
+        let report = QueuedEvent(
+            kind: "overflow",
+            attributes: ["dropped": .number(Double(unreportedDrops)), "firstDroppedKind": .string(firstDroppedKind ?? "")])
+        _ = append(report)
+        unreportedDrops = 0
+        firstDroppedKind = nil
+    }
+
+    /// Marks the next unsent event as sent and returns it.
+    public mutating func takeNextUnsent() -> (event: QueuedEvent, redelivered: Bool)? {
+        guard sentCount < events.count else { return nil }
+        let redelivered = events[sentCount].everSent
+        events[sentCount].everSent = true
+        sentCount += 1
+        return (events[sentCount - 1], redelivered)
+    }
+
+    public func peekNextUnsent() -> QueuedEvent? {
+        sentCount < events.count ? events[sentCount] : nil
+    }
+
+    /// Drops every event up to and including `seq`; returns how many.
+    @discardableResult
+    public mutating func acknowledge(upTo seq: UInt64) -> Int {
+        let count = events.prefix { $0.seq <= seq }.count
+        let acknowledged = min(count, sentCount)  // never ack what was not sent
+        events.removeFirst(acknowledged)
+        sentCount -= acknowledged
+        return acknowledged
+    }
+
+    /// The connection is gone: whatever was sent and not acknowledged goes again.
+    public mutating func rewind() {
+        sentCount = 0
+    }
+}

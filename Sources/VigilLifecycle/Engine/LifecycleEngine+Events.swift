@@ -1,0 +1,133 @@
+import VigilProtocol
+
+/// What happened to an event handed to `deliver`.
+public enum Disposition: String, Sendable {
+    /// Sent to the running app.
+    case delivered
+    /// The suspended app was resumed for it.
+    case woke
+    /// The app was launched into the background for it.
+    case launched
+    /// Kept until the app may receive it (suspended without the mode, force-quit, …).
+    case queued
+}
+
+extension LifecycleEngine {
+    /// Hands an event to an app: the one path every event source uses.
+    ///
+    /// - Parameter canBeHeldBack: whether the source can keep the event itself
+    ///   (a serial port with flow control). If so, a full queue throws `queueFull`
+    ///   and the source stops reading; if not, the event is counted as dropped,
+    ///   the drop is logged, and the app is told with an `overflow` event.
+    @discardableResult
+    public func deliver(_ event: QueuedEvent, to id: String, canBeHeldBack: Bool = false, now: UInt64) throws(ProtocolError) -> (seq: UInt64, disposition: Disposition) {
+        var app = try record(id)
+        guard let seq = app.queue.append(event) else {
+            if canBeHeldBack {
+                throw ProtocolError(.queueFull, "the event queue of \(id) is full (\(queueLimit) unacknowledged events)")
+            }
+            app.queue.countDrop(kind: event.kind)
+            apps[id] = app
+            decide(id, .drop, "event queue full (\(queueLimit)): dropped a '\(event.kind)' event (\(app.queue.totalDropped) in total); the app will get an overflow event")
+            throw ProtocolError(.queueFull, "the event queue of \(id) is full; the event was dropped and will be reported to the app")
+        }
+        apps[id] = app
+        let stored = app.queue.events.last!
+        return (seq, route(stored, to: id, now: now))
+    }
+
+    /// Decides what an event does to the app's state.
+    private func route(_ event: QueuedEvent, to id: String, now: UInt64) -> Disposition {
+        guard let app = apps[id] else { return .queued }
+        switch app.state {
+        case .active, .inactive:
+            flush(id)
+            return .delivered
+        case .background:
+            guard app.mayReceive(event) else { return .queued }
+            if app.terminateAt == nil {
+                // A new event gives a fresh processing window, within the limit.
+                update(id) { $0.suspendAt = max($0.suspendAt ?? 0, min(now + nanoseconds(timings.wakeBudget), $0.limitAt ?? .max)) }
+            }
+            flush(id)
+            return .delivered
+        case .suspended:
+            guard app.manifest.mayBeWoken(for: event.wakeMode) else {
+                decide(id, .queue, "'\(event.kind)' queued: no \(event.wakeMode?.rawValue ?? "") background mode, delivered in the foreground")
+                return .queued
+            }
+            host.thaw(id)
+            update(id) {
+                $0.state = .background
+                $0.wakes += 1
+            }
+            beginBackgroundStretch(id, now: now, window: timings.wakeBudget)
+            decide(id, .wake, "woken for '\(event.kind)' (seq \(event.seq)): \(seconds(timings.wakeBudget)) to process")
+            flush(id)
+            return .woke
+        case .notRunning:
+            guard canRelaunch(app, for: event) else { return .queued }
+            do {
+                try start(
+                    id, launch: LaunchOptions(reason: .event, eventKind: event.kind), state: .background, now: now,
+                    action: .relaunch, reason: "launched into the background for '\(event.kind)' (seq \(event.seq))")
+                update(id) { $0.wakes += 1 }
+                return .launched
+            } catch {
+                return .queued
+            }
+        }
+    }
+
+    /// Whether an event may launch a stopped app, logging why not.
+    private func canRelaunch(_ app: AppRecord, for event: QueuedEvent) -> Bool {
+        if app.forceQuit {
+            decide(app.id, .queue, "'\(event.kind)' queued: force-quit by the user, not relaunched until the user launches it")
+            return false
+        }
+        if app.manifest.exitsOnSuspend {
+            decide(app.id, .queue, "'\(event.kind)' queued: the app exits on suspend and does not run in the background")
+            return false
+        }
+        if !app.manifest.mayBeWoken(for: event.wakeMode) {
+            decide(app.id, .queue, "'\(event.kind)' queued: no \(event.wakeMode?.rawValue ?? "") background mode")
+            return false
+        }
+        return true
+    }
+
+    /// After a crash: relaunches the app if it has events it may be woken for,
+    /// unless it keeps crashing.
+    func relaunchForPendingEvents(_ id: String, now: UInt64, reason: LaunchReason) {
+        guard let app = apps[id], let first = app.queue.events.first(where: { app.manifest.mayBeWoken(for: $0.wakeMode) }) else { return }
+        guard !app.forceQuit, !app.manifest.exitsOnSuspend else { return }
+        if app.crashTimes.count > timings.relaunchLimit {
+            decide(id, .refuse, "not relaunched: ended \(app.crashTimes.count) times within \(seconds(timings.relaunchWindow)); waiting for the next event or the user")
+            return
+        }
+        try? start(
+            id, launch: LaunchOptions(reason: reason, eventKind: first.kind), state: .background, now: now,
+            action: .relaunch, reason: "relaunched into the background to redeliver \(app.queue.events.count) unacknowledged event(s)")
+    }
+
+    /// The app acknowledged every event up to `seq`.
+    public func acknowledge(_ id: String, upTo seq: UInt64) {
+        update(id) {
+            $0.queue.acknowledge(upTo: seq)
+            $0.queue.appendOverflowReportIfPossible()
+        }
+        flush(id)
+    }
+
+    /// Sends every event the app may receive now, in order. Stops at the first
+    /// one it may not receive yet, so order is never broken.
+    func flush(_ id: String) {
+        while let app = apps[id], app.connected, app.state.isRunning,
+              let next = app.queue.peekNextUnsent(), app.mayReceive(next) {
+            var queue = app.queue
+            guard let (event, redelivered) = queue.takeNextUnsent() else { return }
+            update(id) { $0.queue = queue }
+            host.send(.event(event, redelivered: redelivered), to: id)
+        }
+    }
+}

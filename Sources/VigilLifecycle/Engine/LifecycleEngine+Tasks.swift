@@ -1,0 +1,60 @@
+import VigilProtocol
+
+extension LifecycleEngine {
+    /// Begins a background task; returns its id, or 0 (invalid) when no
+    /// background time can be granted.
+    public func beginBackgroundTask(_ id: String, name: String, now: UInt64) -> Int {
+        guard let app = apps[id], app.state.isRunning, app.terminateAt == nil else { return 0 }
+        if !app.state.isForeground, let limit = app.limitAt,
+           limit <= now + nanoseconds(timings.expirationWarning) {
+            decide(id, .refuse, "background task '\(name)' refused: less than \(seconds(timings.expirationWarning)) of background time left")
+            return 0
+        }
+        let task = BackgroundTaskInfo(id: app.nextTaskID, name: name)
+        update(id) {
+            $0.nextTaskID += 1
+            $0.tasks.append(task)
+        }
+        if !app.state.isForeground {
+            decide(id, .extend, "background task \(task.id) '\(name)' begun: held out of suspension up to the limit")
+        }
+        return task.id
+    }
+
+    /// Ends a background task. Suspends the app at once if nothing else keeps it running.
+    public func endBackgroundTask(_ id: String, task: Int, now: UInt64) throws(ProtocolError) {
+        guard let app = apps[id], app.tasks.contains(where: { $0.id == task }) else {
+            throw ProtocolError(.invalidArgument, "no background task \(task) is held")
+        }
+        update(id) { $0.tasks.removeAll { $0.id == task } }
+        if let suspendAt = app.suspendAt, app.state == .background, apps[id]!.tasks.isEmpty, suspendAt <= now {
+            suspend(id, now: now, reason: "last background task ended after the processing window")
+        }
+    }
+
+    /// The app says it has finished processing: suspended at once unless it holds tasks.
+    public func finishedProcessing(_ id: String, now: UInt64) {
+        guard let app = apps[id], app.state == .background, app.terminateAt == nil else { return }
+        update(id) { $0.suspendAt = now }
+        if app.tasks.isEmpty {
+            suspend(id, now: now, reason: "finished processing early")
+        }
+    }
+
+    /// Seconds of background time left; nil in the foreground (unlimited).
+    public func backgroundTimeRemaining(_ id: String, now: UInt64) -> Double? {
+        guard let app = apps[id], !app.state.isForeground else { return nil }
+        guard let limit = app.limitAt else { return 0 }
+        return limit > now ? Double(limit - now) / 1e9 : 0
+    }
+}
+
+extension LifecycleEngine {
+    /// Seconds spent running in the background in total, the current stretch included.
+    public func backgroundTimeUsed(_ id: String, now: UInt64) -> Double {
+        guard let app = apps[id] else { return 0 }
+        var used = app.backgroundNanosecondsUsed
+        if let since = app.backgroundSince, now > since { used += now - since }
+        return Double(used) / 1e9
+    }
+}

@@ -1,0 +1,59 @@
+import VigilProtocol
+
+extension LifecycleEngine {
+    /// The next instant at which `advance(to:)` has something to do; nil if none.
+    /// The daemon arms a single timer for it, so an idle daemon never wakes.
+    public var nextDeadline: UInt64? {
+        apps.values.compactMap(deadline(of:)).min()
+    }
+
+    private func deadline(of app: AppRecord) -> UInt64? {
+        var candidates: [UInt64] = []
+        if let terminateAt = app.terminateAt { candidates.append(terminateAt) }
+        if app.state == .background, let limit = app.limitAt {
+            if app.tasks.isEmpty {
+                if let suspendAt = app.suspendAt { candidates.append(min(suspendAt, limit)) }
+            } else {
+                if !app.expirationWarned {
+                    candidates.append(limit - min(limit, nanoseconds(timings.expirationWarning)))
+                }
+                candidates.append(limit)
+            }
+        }
+        return candidates.min()
+    }
+
+    /// Acts on every deadline that has passed by `now`.
+    public func advance(to now: UInt64) {
+        for id in apps.keys.sorted() {
+            guard let app = apps[id] else { continue }
+            if let terminateAt = app.terminateAt, terminateAt <= now {
+                stop(id, cause: .notice, now: now, action: .terminate, reason: "did not exit within \(seconds(timings.exitGrace)) of willTerminate")
+                continue
+            }
+            guard app.state == .background, let limit = app.limitAt, app.terminateAt == nil else { continue }
+            if app.tasks.isEmpty {
+                if let suspendAt = app.suspendAt, min(suspendAt, limit) <= now {
+                    let why = app.launch?.reason == .user && app.wakes == 0 && app.backgroundNanosecondsUsed == 0
+                        ? "grace period of \(seconds(timings.suspendGrace)) over" : "processing window over"
+                    suspend(id, now: now, reason: why + ", no background task held")
+                }
+                continue
+            }
+            if !app.expirationWarned, limit <= now + nanoseconds(timings.expirationWarning) {
+                update(id) { $0.expirationWarned = true }
+                for task in app.tasks {
+                    send(id, .taskExpiring(TaskExpiring(task: task.id, name: task.name)))
+                }
+                let names = app.tasks.map { "\($0.id) '\($0.name)'" }.joined(separator: ", ")
+                decide(id, .expire, "background time nearly used up: expiration handlers called for task(s) \(names)")
+            }
+            if limit <= now {
+                let names = app.tasks.map { "\($0.id) '\($0.name)'" }.joined(separator: ", ")
+                stop(
+                    id, cause: .watchdog(tasks: app.tasks), now: now, action: .terminate,
+                    reason: "watchdog: background time limit of \(seconds(timings.backgroundTimeLimit)) reached while holding task(s) \(names)")
+            }
+        }
+    }
+}

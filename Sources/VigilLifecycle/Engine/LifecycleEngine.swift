@@ -1,0 +1,311 @@
+import VigilProtocol
+
+/// The background model as a state machine: one per daemon, for every app.
+///
+/// The engine is pure logic. Inputs are the user's actions, process and
+/// connection changes, events, app requests and the passing of time (`now` is
+/// CLOCK_MONOTONIC nanoseconds on every call); outputs are calls on its
+/// `LifecycleHost`. It is not thread-safe: the daemon runs it on one executor.
+/// Later event sources (accessories, Bluetooth) only call `deliver`; they never
+/// get a lifecycle of their own.
+public final class LifecycleEngine {
+    public internal(set) var apps: [String: AppRecord] = [:]
+    public var timings: Timings
+    public let queueLimit: Int
+    unowned let host: any LifecycleHost
+
+    public init(timings: Timings, queueLimit: Int, host: any LifecycleHost) {
+        self.timings = timings
+        self.queueLimit = queueLimit
+        self.host = host
+    }
+
+    // MARK: Manifests
+
+    /// Installs the current set of manifests. Apps that disappeared are kept while
+    /// they run (their manifest is needed to manage them) and dropped once stopped.
+    public func updateManifests(_ manifests: [String: AppManifest]) {
+        for (id, manifest) in manifests {
+            if apps[id] == nil {
+                apps[id] = AppRecord(manifest: manifest, queueLimit: queueLimit)
+            } else {
+                apps[id]!.manifest = manifest
+            }
+        }
+        for (id, record) in apps where manifests[id] == nil && record.state == .notRunning {
+            apps[id] = nil
+        }
+    }
+
+    // MARK: The user's actions
+
+    /// Launches the app in the foreground, or brings it there.
+    public func launch(_ id: String, now: UInt64) throws(ProtocolError) {
+        var app = try record(id)
+        if app.forceQuit {
+            app.forceQuit = false
+            apps[id] = app
+        }
+        guard app.state == .notRunning else {
+            if !app.state.isForeground { try moveToForeground(id, now: now) }
+            return
+        }
+        try start(id, launch: LaunchOptions(reason: .user), state: .inactive, now: now, action: .launch, reason: "launched by the user")
+    }
+
+    /// Leaves the foreground, as pressing Home does.
+    public func moveToBackground(_ id: String, now: UInt64) throws(ProtocolError) {
+        let app = try record(id)
+        guard app.state.isForeground else {
+            throw ProtocolError(.invalidState, "\(id) is \(app.state.rawValue), not in the foreground")
+        }
+        update(id) { $0.state = .inactive }
+        notify(id, .willResignActive)
+        if app.manifest.exitsOnSuspend {
+            update(id) {
+                $0.state = .background
+                $0.terminateAt = now + nanoseconds(timings.exitGrace)
+                $0.pendingExit = .notice
+            }
+            notify(id, .willTerminate)
+            decide(id, .enterBackground, "exits on suspend: told willTerminate, \(seconds(timings.exitGrace)) to exit")
+            return
+        }
+        update(id) { $0.state = .background }
+        beginBackgroundStretch(id, now: now, window: timings.suspendGrace)
+        notify(id, .didEnterBackground)
+        decide(id, .enterBackground, "left the foreground: \(seconds(timings.suspendGrace)) before suspension unless a task is held")
+    }
+
+    /// Brings a background, suspended or stopped app to the foreground.
+    public func moveToForeground(_ id: String, now: UInt64) throws(ProtocolError) {
+        let app = try record(id)
+        switch app.state {
+        case .notRunning:
+            try launch(id, now: now)
+            return
+        case .active, .inactive:
+            return
+        case .suspended:
+            host.thaw(id)
+        case .background:
+            break
+        }
+        endBackgroundStretch(id, now: now)
+        update(id) {
+            $0.state = .inactive
+            $0.terminateAt = nil
+        }
+        notify(id, .willEnterForeground)
+        update(id) { $0.state = .active }
+        notify(id, .didBecomeActive)
+        send(id, .deadline(nil))
+        decide(id, .enterForeground, "brought to the foreground by the user")
+        flush(id)
+    }
+
+    /// Force-quit by the user: ended at once; events will not relaunch it until
+    /// the user launches it again.
+    public func forceQuit(_ id: String, now: UInt64) throws(ProtocolError) {
+        let app = try record(id)
+        update(id) { $0.forceQuit = true }
+        guard app.state != .notRunning else {
+            decide(id, .forceQuit, "marked force-quit by the user (it was not running)")
+            return
+        }
+        stop(id, cause: .user, now: now, action: .forceQuit, reason: "force-quit by the user: no relaunch by events until the user launches it")
+    }
+
+    /// Termination by the system without notice (as under memory pressure): a
+    /// later event may relaunch the app.
+    public func terminate(_ id: String, now: UInt64, reason: String = "terminated by the system") throws(ProtocolError) {
+        let app = try record(id)
+        guard app.state != .notRunning else {
+            throw ProtocolError(.invalidState, "\(id) is not running")
+        }
+        stop(id, cause: .system, now: now, action: .terminate, reason: reason)
+    }
+
+    // MARK: Processes and connections
+
+    /// An app's process connected and was identified. Returns what the welcome says.
+    public func connected(_ id: String, now: UInt64) -> (state: AppState, launch: LaunchOptions?, deadline: UInt64?)? {
+        guard var app = apps[id] else { return nil }
+        app.connected = true
+        app.queue.rewind()
+        apps[id] = app
+        let welcome = (app.state, app.launch, app.state.isForeground ? nil : app.limitAt)
+        if app.state == .inactive && app.launch?.reason == .user {
+            update(id) { $0.state = .active }
+            notify(id, .didBecomeActive)
+        }
+        flush(id)
+        return welcome
+    }
+
+    /// The app's connection closed (its process may still live).
+    public func disconnected(_ id: String) {
+        update(id) {
+            $0.connected = false
+            $0.queue.rewind()
+        }
+    }
+
+    /// A process of the app exited with `status` (a description such as "exit 0").
+    public func processExited(_ id: String, pid: Int32, status: String, crashed: Bool, now: UInt64) {
+        guard let app = apps[id], app.pid == pid else { return }
+        let cause = app.pendingExit
+        endBackgroundStretch(id, now: now)
+        update(id) {
+            $0.state = .notRunning
+            $0.pid = nil
+            $0.connected = false
+            $0.tasks = []
+            $0.terminateAt = nil
+            $0.pendingExit = nil
+            $0.queue.rewind()
+        }
+        switch cause {
+        case .user, .system, .watchdog:
+            return  // decided and recorded when the engine ended it
+        case .notice:
+            decide(id, .exit, "exited after willTerminate (\(status))")
+            return
+        case nil:
+            break
+        }
+        // Nobody asked it to stop: a crash, or an exit on its own.
+        decide(id, crashed ? .crash : .exit, "process \(pid) ended on its own (\(status))")
+        guard crashed || app.queue.unacknowledgedCount > 0 else { return }
+        update(id) { $0.crashTimes = $0.crashTimes.filter { now - $0 < nanoseconds(timings.relaunchWindow) } + [now] }
+        relaunchForPendingEvents(id, now: now, reason: .redelivery)
+    }
+
+    /// Re-adopts an app found alive in its cgroup after a daemon restart.
+    public func adopt(_ id: String, pid: Int32, frozen: Bool, now: UInt64) {
+        guard apps[id] != nil else { return }
+        update(id) {
+            $0.pid = pid
+            $0.launch = LaunchOptions(reason: .adopted)
+            $0.state = frozen ? .suspended : .background
+        }
+        if !frozen { beginBackgroundStretch(id, now: now, window: timings.suspendGrace) }
+        decide(id, .adopt, "found alive in its cgroup after a daemon restart (\(frozen ? "frozen" : "running"))")
+    }
+
+    // MARK: Shared steps
+
+    func record(_ id: String) throws(ProtocolError) -> AppRecord {
+        guard let app = apps[id] else { throw ProtocolError(.unknownApp, "no app with id '\(id)'") }
+        return app
+    }
+
+    func update(_ id: String, _ change: (inout AppRecord) -> Void) {
+        guard apps[id] != nil else { return }
+        change(&apps[id]!)
+    }
+
+    /// Starts a process for the app in `state` (inactive for the foreground,
+    /// background for an event).
+    func start(
+        _ id: String, launch: LaunchOptions, state: AppState, now: UInt64, action: Decision.Action, reason: String
+    ) throws(ProtocolError) {
+        let manifest = try record(id).manifest
+        let pid: Int32
+        do {
+            pid = try host.startProcess(of: manifest, launch: launch)
+        } catch {
+            decide(id, .refuse, "could not start: \(error)")
+            throw ProtocolError(.launchFailed, "cannot start \(id): \(error)")
+        }
+        update(id) {
+            $0.pid = pid
+            $0.launch = launch
+            $0.state = state
+            $0.launches += 1
+            $0.connected = false
+            $0.queue.rewind()
+        }
+        if state == .background {
+            beginBackgroundStretch(id, now: now, window: timings.wakeBudget)
+        }
+        decide(id, action, reason + " (pid \(pid))")
+    }
+
+    /// Ends the app's processes now, without notice.
+    func stop(_ id: String, cause: ExitCause, now: UInt64, action: Decision.Action, reason: String) {
+        if apps[id]?.state == .suspended {
+            // A frozen task cannot act on SIGKILL until thawed; cgroup.kill handles
+            // that itself, the signal fallback needs the thaw.
+            host.thaw(id)
+        }
+        update(id) { $0.pendingExit = cause }
+        host.kill(id)
+        endBackgroundStretch(id, now: now)
+        update(id) {
+            $0.state = .notRunning
+            $0.tasks = []
+            $0.connected = false
+            $0.terminateAt = nil
+            $0.queue.rewind()
+        }
+        decide(id, action, reason)
+    }
+
+    func suspend(_ id: String, now: UInt64, reason: String) {
+        endBackgroundStretch(id, now: now)
+        update(id) { $0.state = .suspended }
+        host.freeze(id)
+        decide(id, .suspend, reason)
+    }
+
+    /// Starts a stretch of background running: the limit for tasks, and a first
+    /// window after which the app is suspended if it holds no task.
+    func beginBackgroundStretch(_ id: String, now: UInt64, window: Double) {
+        let limit = now + nanoseconds(timings.backgroundTimeLimit)
+        update(id) {
+            $0.backgroundSince = now
+            $0.limitAt = limit
+            $0.suspendAt = now + nanoseconds(window)
+            $0.expirationWarned = false
+        }
+        send(id, .deadline(limit))
+    }
+
+    func endBackgroundStretch(_ id: String, now: UInt64) {
+        update(id) {
+            if let since = $0.backgroundSince, now > since {
+                $0.backgroundNanosecondsUsed += now - since
+            }
+            $0.backgroundSince = nil
+            $0.limitAt = nil
+            $0.suspendAt = nil
+            $0.expirationWarned = false
+        }
+    }
+
+    func notify(_ id: String, _ event: LifecycleNotification) {
+        guard let app = apps[id] else { return }
+        send(id, .lifecycle(LifecycleMessage(event: event, state: app.state)))
+    }
+
+    func send(_ id: String, _ message: OutboundMessage) {
+        guard let app = apps[id], app.connected, app.state.isRunning else { return }
+        host.send(message, to: id)
+    }
+
+    func decide(_ id: String, _ action: Decision.Action, _ reason: String) {
+        guard let app = apps[id] else { return }
+        let decision = Decision(app: id, action: action, reason: reason, state: app.state)
+        update(id) { $0.lastDecision = decision }
+        host.record(decision)
+    }
+}
+
+func nanoseconds(_ seconds: Double) -> UInt64 {
+    UInt64((seconds * 1_000_000_000).rounded())
+}
+
+func seconds(_ value: Double) -> String {
+    value == value.rounded() ? "\(Int(value)) s" : "\(value) s"
+}

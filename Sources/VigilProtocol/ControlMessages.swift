@@ -1,0 +1,141 @@
+// Requests of the control role (vigilctl, test rigs) and their replies.
+
+/// Request: daemon status. Reply: `DaemonStatus`.
+public struct StatusRequest: Message, Equatable {
+    public static let type = "status"
+    public init() {}
+}
+
+public struct DaemonStatus: Message, Equatable {
+    public static let type = "reply"
+    public var daemon: String
+    public var pid: Int32
+    public var protocolVersion: Int
+    public var socket: String
+    public var suspension: SuspensionMechanism
+    /// Why this mechanism (e.g. why the cgroup freezer could not be used).
+    public var suspensionDetail: String
+    public var cgroupRoot: String?
+    public var apps: Int
+    public var manifestProblems: [ManifestProblem]
+    public var timings: [String: Double]
+    public var uptime: Double
+
+    public init(
+        daemon: String, pid: Int32, protocolVersion: Int, socket: String, suspension: SuspensionMechanism,
+        suspensionDetail: String, cgroupRoot: String?, apps: Int, manifestProblems: [ManifestProblem],
+        timings: [String: Double], uptime: Double
+    ) {
+        self.daemon = daemon
+        self.pid = pid
+        self.protocolVersion = protocolVersion
+        self.socket = socket
+        self.suspension = suspension
+        self.suspensionDetail = suspensionDetail
+        self.cgroupRoot = cgroupRoot
+        self.apps = apps
+        self.manifestProblems = manifestProblems
+        self.timings = timings
+        self.uptime = uptime
+    }
+}
+
+/// Request: every known app. Reply: `AppList`.
+public struct ListApps: Message, Equatable {
+    public static let type = "apps"
+    public init() {}
+}
+
+public struct AppList: Message, Equatable {
+    public static let type = "reply"
+    public var apps: [AppInfo]
+    public init(apps: [AppInfo]) { self.apps = apps }
+}
+
+/// The user's actions on one app. Reply: `AppReply` with the app after the action.
+public enum UserAction: String, Codable, Sendable, CaseIterable {
+    /// Launch in (or bring to) the foreground.
+    case launch
+    /// Leave the foreground, as pressing Home.
+    case background
+    /// Bring a background or suspended app back to the foreground.
+    case foreground
+    /// Force-quit by the user: no relaunch by events until the user launches it again.
+    case quit
+    /// Termination by the system (as under memory pressure): events may relaunch it.
+    case terminate
+}
+
+public struct AppActionRequest: Message, Equatable {
+    public static let type = "appAction"
+    public var action: UserAction
+    public var app: String
+    public init(action: UserAction, app: String) {
+        self.action = action
+        self.app = app
+    }
+}
+
+public struct AppReply: Message, Equatable {
+    public static let type = "reply"
+    public var app: AppInfo
+    public init(app: AppInfo) { self.app = app }
+}
+
+/// Request: deliver an event to an app through the same path accessories and
+/// Bluetooth use. The frame body is the event's payload. Reply: `EventAccepted`.
+public struct WakeRequest: Message, Equatable {
+    public static let type = "wake"
+    public var app: String
+    public var kind: String?
+    public var attributes: [String: JSONValue]?
+    public init(app: String, kind: String? = nil, attributes: [String: JSONValue]? = nil) {
+        self.app = app
+        self.kind = kind
+        self.attributes = attributes
+    }
+}
+
+public struct EventAccepted: Message, Equatable {
+    public static let type = "reply"
+    public var seq: UInt64
+    /// What the daemon did: `delivered`, `woke`, `launched`, `queued`.
+    public var disposition: String
+    public init(seq: UInt64, disposition: String) {
+        self.seq = seq
+        self.disposition = disposition
+    }
+}
+
+/// Request: the decision log, newest last. Reply: `DecisionLog`.
+public struct LogRequest: Message, Equatable {
+    public static let type = "log"
+    public var app: String?
+    public var limit: Int?
+    public init(app: String? = nil, limit: Int? = nil) {
+        self.app = app
+        self.limit = limit
+    }
+}
+
+public struct DecisionLog: Message, Equatable {
+    public static let type = "reply"
+    public var decisions: [DecisionRecord]
+    public init(decisions: [DecisionRecord]) { self.decisions = decisions }
+}
+
+/// Request: reread the manifest directories. Reply: `ReloadResult`.
+public struct ReloadRequest: Message, Equatable {
+    public static let type = "reload"
+    public init() {}
+}
+
+public struct ReloadResult: Message, Equatable {
+    public static let type = "reply"
+    public var apps: [String]
+    public var problems: [ManifestProblem]
+    public init(apps: [String], problems: [ManifestProblem]) {
+        self.apps = apps
+        self.problems = problems
+    }
+}

@@ -1,0 +1,90 @@
+import Foundation
+
+/// A message of the local protocol: a JSON header with a fixed `type`.
+///
+/// Fields are flat beside `type` (and `id` for requests and replies), so a
+/// client in any language reads them with its ordinary JSON library.
+public protocol Message: Codable, Sendable {
+    static var type: String { get }
+}
+
+/// The fields every header may carry besides its own.
+public struct Envelope: Decodable, Sendable {
+    public var type: String
+    /// Correlates a request with its reply or error.
+    public var id: Int?
+}
+
+/// A frame whose envelope has been read; its typed payload is decoded on demand.
+public struct IncomingMessage: Sendable {
+    public let envelope: Envelope
+    public let frame: Frame
+
+    public var type: String { envelope.type }
+    public var id: Int? { envelope.id }
+    public var body: [UInt8] { frame.body }
+
+    public init(frame: Frame) throws(ProtocolError) {
+        self.frame = frame
+        do {
+            envelope = try MessageCodec.decoder.decode(Envelope.self, from: Data(frame.header))
+        } catch {
+            throw ProtocolError(.malformedFrame, "header is not a JSON object with a string \"type\": \(error)")
+        }
+    }
+
+    /// Decodes the payload as `M`; a mismatch is a clear `invalidArgument` error.
+    public func decode<M: Message>(_: M.Type = M.self) throws(ProtocolError) -> M {
+        do {
+            return try MessageCodec.decoder.decode(M.self, from: Data(frame.header))
+        } catch let DecodingError.keyNotFound(key, _) {
+            throw ProtocolError(.invalidArgument, "\(type): missing field '\(key.stringValue)'", id: id)
+        } catch let DecodingError.typeMismatch(_, context) {
+            throw ProtocolError(.invalidArgument, "\(type): field '\(context.codingPath.map(\.stringValue).joined(separator: "."))' has the wrong type", id: id)
+        } catch let DecodingError.dataCorrupted(context) {
+            throw ProtocolError(.invalidArgument, "\(type): \(context.debugDescription) at '\(context.codingPath.map(\.stringValue).joined(separator: "."))'", id: id)
+        } catch {
+            throw ProtocolError(.invalidArgument, "\(type): \(error)", id: id)
+        }
+    }
+}
+
+public enum MessageCodec {
+    // JSONEncoder/Decoder are thread-safe for concurrent encode/decode calls.
+    static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }()
+    static let decoder = JSONDecoder()
+
+    /// Encodes `message` (plus `id` when given) as one frame.
+    public static func frame<M: Message>(_ message: M, id: Int? = nil, body: [UInt8] = []) -> Frame {
+        do {
+            let header = try encoder.encode(Typed(message: message, id: id))
+            return Frame(header: Array(header), body: body)
+        } catch {
+            // Our own message types always encode; failing here is a programming error.
+            preconditionFailure("cannot encode \(M.type): \(error)")
+        }
+    }
+
+    public static func encode<M: Message>(_ message: M, id: Int? = nil, body: [UInt8] = []) -> [UInt8] {
+        frame(message, id: id, body: body).encoded()
+    }
+
+    /// Adds `type` and `id` to the message's own keys in one JSON object.
+    private struct Typed<M: Message>: Encodable {
+        let message: M
+        let id: Int?
+
+        enum Keys: String, CodingKey { case type, id }
+
+        func encode(to encoder: any Encoder) throws {
+            try message.encode(to: encoder)
+            var container = encoder.container(keyedBy: Keys.self)
+            try container.encode(M.type, forKey: .type)
+            try container.encodeIfPresent(id, forKey: .id)
+        }
+    }
+}

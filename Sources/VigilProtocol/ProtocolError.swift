@@ -1,0 +1,46 @@
+/// An error as it travels on the wire: `{"type":"error","code":…,"message":…,"id":…}`.
+public struct ProtocolError: Error, Message, Equatable, CustomStringConvertible {
+    public static let type = "error"
+
+    public enum Code: String, Codable, Sendable {
+        // Fatal: the daemon sends the error and closes the connection.
+        case malformedFrame
+        case frameTooLarge
+        case handshakeRequired
+        case unsupportedVersion
+        case unauthorized
+        // Per request: the connection stays open.
+        case unknownMessage
+        case invalidArgument
+        case unknownApp
+        case invalidState
+        case launchFailed
+        case queueFull
+        case internalError
+        /// A client-side code: the connection to the daemon is gone.
+        case disconnected
+    }
+
+    public var code: Code
+    public var message: String
+    /// The request this answers, if any.
+    public var id: Int?
+
+    public init(_ code: Code, _ message: String, id: Int? = nil) {
+        self.code = code
+        self.message = message
+        self.id = id
+    }
+
+    /// Whether the daemon closes the connection after sending this error.
+    public var closesConnection: Bool {
+        switch code {
+        case .malformedFrame, .frameTooLarge, .handshakeRequired, .unsupportedVersion, .unauthorized, .disconnected:
+            true
+        default:
+            false
+        }
+    }
+
+    public var description: String { "\(code.rawValue): \(message)" }
+}

@@ -1,0 +1,65 @@
+import ArgumentParser
+import Foundation
+import Logging
+import ServiceLifecycle
+import VigilDaemon
+import VigilLifecycle
+
+@main
+struct Vigild: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "vigild",
+        abstract: "Keeps accessory and Bluetooth apps' sessions open while they are suspended, and wakes them.")
+
+    @Flag(help: "Run as the system daemon (socket under /run/vigil, config /etc/vigil/vigild.toml).")
+    var system = false
+
+    @Option(help: "Socket path (also VIGIL_SOCKET). Default: /run/vigil/vigild.sock, or $XDG_RUNTIME_DIR/vigil/vigild.sock per user.")
+    var socket: String?
+
+    @Option(help: "Configuration file. Default: /etc/vigil/vigild.toml (system) or $XDG_CONFIG_HOME/vigil/vigild.toml.")
+    var config: String?
+
+    @Flag(help: "Built-in demo: run the sample app and wake it every 15 s, for machines with no hardware attached.")
+    var demo = false
+
+    @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
+    var logLevel: Logger.Level = .info
+
+    func run() async throws {
+        let environment = ProcessInfo.processInfo.environment
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = logLevel
+            return handler
+        }
+        let logger = Logger(label: "vigild")
+
+        let defaults = DaemonConfig(system: system)
+        let configFile = config ?? (system
+            ? "/etc/vigil/vigild.toml"
+            : (environment["XDG_CONFIG_HOME"] ?? (environment["HOME"] ?? "/tmp") + "/.config") + "/vigil/vigild.toml")
+        let daemonConfig: DaemonConfig
+        do {
+            daemonConfig = try DaemonConfig.load(file: configFile, defaults: defaults, required: config != nil)
+        } catch {
+            throw ValidationError("invalid configuration: \(error)")
+        }
+        guard let socketPath = socket ?? environment["VIGIL_SOCKET"] ?? daemonConfig.socket ?? defaultSocket(environment) else {
+            throw ValidationError("no socket path: pass --socket, set VIGIL_SOCKET or XDG_RUNTIME_DIR, or use --system")
+        }
+        let service = VigilDaemonService(
+            config: daemonConfig, socketPath: socketPath, configFile: configFile, demo: demo, logger: logger)
+        let group = ServiceGroup(
+            configuration: .init(services: [.init(service: service)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        try await group.run()
+    }
+
+    private func defaultSocket(_ environment: [String: String]) -> String? {
+        if system { return "/run/vigil/vigild.sock" }
+        if let runtime = environment["XDG_RUNTIME_DIR"] { return runtime + "/vigil/vigild.sock" }
+        return getuid() == 0 ? "/run/vigil/vigild.sock" : nil
+    }
+}
+
+extension Logger.Level: @retroactive ExpressibleByArgument {}

@@ -1,0 +1,165 @@
+import Foundation
+import Testing
+import VigilProtocol
+@testable import VigilLifecycle
+
+private let file = "/etc/vigil/apps/logger.toml"
+
+private func problem(_ text: String) -> ManifestProblem? {
+    do {
+        _ = try AppManifest.parse(text, file: file)
+        return nil
+    } catch {
+        return error
+    }
+}
+
+@Suite("Manifest parsing")
+struct ManifestParsingTests {
+    @Test func validManifestParsesEveryField() throws {
+        let text = """
+            id = "org.example.logger"
+            exec = ["/usr/bin/sensor-logger", "--db", "/var/lib/logger.db"]
+            background-modes = ["external-accessory", "bluetooth-central"]
+            accessory-protocols = ["org.example.sensor", "com.acme.p2"]
+            exits-on-suspend = true
+            working-directory = "/var/lib/logger"
+            [environment]
+            LOG_LEVEL = "debug"
+            MODE = "fast"
+            """
+        let manifest = try AppManifest.parse(text, file: file)
+        #expect(manifest == AppManifest(
+            id: "org.example.logger", exec: ["/usr/bin/sensor-logger", "--db", "/var/lib/logger.db"],
+            backgroundModes: [.externalAccessory, .bluetoothCentral],
+            accessoryProtocols: ["org.example.sensor", "com.acme.p2"], exitsOnSuspend: true,
+            workingDirectory: "/var/lib/logger", environment: ["LOG_LEVEL": "debug", "MODE": "fast"], path: file))
+        #expect(manifest.mayBeWoken(for: .externalAccessory))
+        #expect(!manifest.mayBeWoken(for: .bluetoothPeripheral))
+        #expect(manifest.mayBeWoken(for: nil))
+    }
+
+    @Test func minimalManifestTakesDefaults() throws {
+        let manifest = try AppManifest.parse("id = \"org.example.min\"\nexec = [\"/bin/true\"]\n", file: file)
+        #expect(manifest == AppManifest(id: "org.example.min", exec: ["/bin/true"], path: file))
+        #expect(manifest.backgroundModes.isEmpty && !manifest.exitsOnSuspend && manifest.workingDirectory == nil)
+    }
+
+    @Test(arguments: [
+        ("id = \"logger\"\nexec = [\"/bin/x\"]", "id"),
+        ("id = \"org..example\"\nexec = [\"/bin/x\"]", "id"),
+        ("id = \"org.ex ample\"\nexec = [\"/bin/x\"]", "id"),
+        ("id = 42\nexec = [\"/bin/x\"]", "id"),
+        ("exec = [\"/bin/x\"]", "id"),
+        ("id = \"org.example.a\"", "exec"),
+        ("id = \"org.example.a\"\nexec = []", "exec"),
+        ("id = \"org.example.a\"\nexec = [\"\"]", "exec"),
+        ("id = \"org.example.a\"\nexec = \"/bin/x\"", "exec"),
+        ("id = \"org.example.a\"\nexec = [\"/bin/x\", 3]", "exec[1]"),
+        ("id = \"org.example.a\"\nexec = [\"/bin/x\"]\nbackground-modes = [\"external-accessory\", \"audio\"]", "background-modes[1]"),
+        ("id = \"org.example.a\"\nexec = [\"/bin/x\"]\naccessory-protocols = [\"org.example.p\", 5]", "accessory-protocols[1]"),
+        ("id = \"org.example.a\"\nexec = [\"/bin/x\"]\naccessory-protocols = \"org.example.p\"", "accessory-protocols"),
+        ("id = \"org.example.a\"\nexec = [\"/bin/x\"]\naccessory-protocols = [\"sensor\"]", "accessory-protocols[0]"),
+        ("id = \"org.example.a\"\nexec = [\"/bin/x\"]\nbackground-mode = [\"external-accessory\"]", "background-mode"),
+        ("id = \"org.example.a\"\nexec = [\"/bin/x\"]\nexits-on-suspend = \"yes\"", "exits-on-suspend"),
+        ("id = \"org.example.a\"\nexec = [\"/bin/x\"]\nworking-directory = \"relative/dir\"", "working-directory"),
+        ("id = \"org.example.a\"\nexec = [\"/bin/x\"]\n[environment]\nLEVEL = 3", "environment.LEVEL"),
+    ])
+    func invalidManifestNamesFileAndField(text: String, field: String) throws {
+        let problem = try #require(problem(text), "expected \(field) to be refused")
+        #expect(problem.file == file)
+        #expect(problem.field == field)
+        #expect(problem.description.hasPrefix("\(file): field '\(field)': "))
+    }
+
+    @Test func unknownBackgroundModeListsKnownOnes() throws {
+        let problem = try #require(problem("id = \"org.example.a\"\nexec = [\"/bin/x\"]\nbackground-modes = [\"bluetooth-central\", \"voip\"]"))
+        #expect(problem.field == "background-modes[1]")
+        #expect(problem.message.contains("'voip'"))
+        #expect(problem.message.contains("external-accessory"))
+    }
+
+    @Test func unknownFieldIsReportedByName() throws {
+        let problem = try #require(problem("id = \"org.example.a\"\nexec = [\"/bin/x\"]\nexits-on-supsend = true"))
+        #expect(problem.field == "exits-on-supsend")
+        #expect(problem.message.contains("unknown field"))
+    }
+
+    @Test func syntaxErrorNamesTheLine() throws {
+        let problem = try #require(problem("id = \"org.example.a\"\nexec = [\"/bin/x\"]\nexits-on-suspend = = true\n"))
+        #expect(problem.file == file)
+        #expect(problem.field == nil)
+        #expect(problem.message.contains("not valid TOML"))
+        #expect(problem.message.contains("line 3"))
+    }
+}
+
+/// A fresh temporary directory, removed by the caller.
+func temporaryDirectory() throws -> String {
+    let path = FileManager.default.temporaryDirectory.path + "/vigil-lifecycle-tests-" + UUID().uuidString
+    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    return path
+}
+
+private func write(_ text: String, to path: String) throws {
+    try text.write(toFile: path, atomically: true, encoding: .utf8)
+}
+
+private func manifestText(_ id: String, exec: String = "/bin/x") -> String {
+    "id = \"\(id)\"\nexec = [\"\(exec)\"]\n"
+}
+
+@Suite("Manifest loading")
+struct ManifestLoaderTests {
+    @Test func badFilesAreReportedWhileGoodOnesLoad() throws {
+        let dir = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try write(manifestText("org.example.good"), to: dir + "/good.toml")
+        try write("id = \"org.example.bad\"\n", to: dir + "/bad.toml")
+        try write("this is [ not toml", to: dir + "/broken.toml")
+        try write("not a manifest", to: dir + "/README")
+
+        let result = ManifestLoader.load(directories: [dir])
+        #expect(Array(result.manifests.keys) == ["org.example.good"])
+        #expect(result.manifests["org.example.good"]?.path == dir + "/good.toml")
+        #expect(result.problems.count == 2)
+        let bad = try #require(result.problems.first { $0.file == dir + "/bad.toml" })
+        #expect(bad.field == "exec")
+        let broken = try #require(result.problems.first { $0.file == dir + "/broken.toml" })
+        #expect(broken.field == nil)
+        #expect(broken.message.contains("line 1"))
+    }
+
+    @Test func duplicateIdsInOneDirectoryAreRefused() throws {
+        let dir = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try write(manifestText("org.example.same", exec: "/bin/a"), to: dir + "/a.toml")
+        try write(manifestText("org.example.same", exec: "/bin/b"), to: dir + "/b.toml")
+
+        let result = ManifestLoader.load(directories: [dir])
+        #expect(result.manifests.count == 1)
+        #expect(result.manifests["org.example.same"]?.exec == ["/bin/a"])
+        #expect(result.problems.count == 1)
+        #expect(result.problems.first?.file == dir + "/b.toml")
+        #expect(result.problems.first?.field == "id")
+        #expect(result.problems.first?.message.contains(dir + "/a.toml") == true)
+    }
+
+    @Test func laterDirectoryOverridesEarlier() throws {
+        let system = try temporaryDirectory()
+        let user = try temporaryDirectory()
+        defer {
+            try? FileManager.default.removeItem(atPath: system)
+            try? FileManager.default.removeItem(atPath: user)
+        }
+        try write(manifestText("org.example.app", exec: "/usr/bin/system"), to: system + "/app.toml")
+        try write(manifestText("org.example.other"), to: system + "/other.toml")
+        try write(manifestText("org.example.app", exec: "/home/u/bin/mine"), to: user + "/my-app.toml")
+
+        let result = ManifestLoader.load(directories: [system, "/nonexistent/vigil/apps", user])
+        #expect(result.problems.isEmpty)  // a missing directory is normal
+        #expect(Set(result.manifests.keys) == ["org.example.app", "org.example.other"])
+        #expect(result.manifests["org.example.app"]?.exec == ["/home/u/bin/mine"])
+        #expect(result.manifests["org.example.app"]?.path == user + "/my-app.toml")
+    }
+}

@@ -1,0 +1,136 @@
+"""Shared plumbing for the lab's scripted peers (run in the lab venv).
+
+Every peer takes the same housekeeping options:
+
+  --ready-file PATH   created once the peer is up (advertising, open, ...);
+                      lab_peer_start / vigillab.Peer wait for it
+  --events PATH       JSON lines of what the peer did (also printed to stdout)
+  --control PATH      a FIFO the peer creates and reads commands from, one per
+                      line (each peer documents its commands)
+
+Events are machine-readable so a test can compare what it observed with
+what the peer really sent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import errno
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any, Awaitable, Callable
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ready-file", help="create this file once ready")
+    parser.add_argument("--events", help="append JSON-line events to this file")
+    parser.add_argument("--control", help="create a FIFO here and read commands from it")
+
+
+class Events:
+    """JSON-lines event sink: stdout plus, optionally, a file."""
+
+    def __init__(self, path: str | None) -> None:
+        self._file = open(path, "a", buffering=1) if path else None
+
+    def emit(self, event: str, **fields: Any) -> None:
+        rec = {"event": event, "t": round(time.time(), 6), **fields}
+        line = json.dumps(rec, sort_keys=False)
+        print(line, flush=True)
+        if self._file:
+            self._file.write(line + "\n")
+            self._file.flush()
+
+
+def mark_ready(path: str | None) -> None:
+    if path:
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(f"{os.getpid()}\n")
+        os.replace(tmp, path)
+
+
+async def open_transport_retry(spec: str, timeout: float = 30.0):
+    """Open a Bumble transport; retry while the controller is busy.
+
+    An HCI user channel (hci-socket:N) can only be bound while the kernel is
+    not using the controller (EBUSY while it is powered or still being set up
+    after a previous user let go), so retry for a while.
+    """
+    from bumble.transport import open_transport
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await open_transport(spec)
+        except OSError as exc:
+            if exc.errno not in (errno.EBUSY, errno.ENODEV, errno.EAGAIN) or time.monotonic() > deadline:
+                raise OSError(exc.errno, f"cannot open transport {spec}: {exc.strerror}"
+                              " (is the controller powered or used by bluetoothd?"
+                              " see docs/lab.md)") from exc
+            await asyncio.sleep(0.2)
+
+
+async def control_loop(path: str | None, handle: Callable[[str], Awaitable[bool]]) -> None:
+    """Read commands from a FIFO at `path`; `handle` returns False to stop."""
+    if not path:
+        await asyncio.Event().wait()
+        return
+    if os.path.exists(path):
+        os.unlink(path)
+    os.mkfifo(path)
+    loop = asyncio.get_running_loop()
+    # O_RDWR keeps the FIFO open even when no writer is attached.
+    fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
+    buf = b""
+    queue: asyncio.Queue[str] = asyncio.Queue()
+
+    def on_readable() -> None:
+        nonlocal buf
+        try:
+            data = os.read(fd, 4096)
+        except BlockingIOError:
+            return
+        buf += data
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            if line.strip():
+                queue.put_nowait(line.decode(errors="replace").strip())
+
+    loop.add_reader(fd, on_readable)
+    try:
+        while True:
+            cmd = await queue.get()
+            if not await handle(cmd):
+                return
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+
+def install_signal_commands(mapping: dict[int, str], handle: Callable[[str], Awaitable[bool]],
+                            stop: asyncio.Event) -> None:
+    """Map signals to control commands (e.g. SIGUSR1 -> 'power-off')."""
+    loop = asyncio.get_running_loop()
+
+    def make(cmd: str):
+        def cb() -> None:
+            async def run() -> None:
+                if not await handle(cmd):
+                    stop.set()
+            asyncio.ensure_future(run())
+        return cb
+
+    for sig, cmd in mapping.items():
+        loop.add_signal_handler(sig, make(cmd))
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+
+
+def die(msg: str, code: int = 1) -> None:
+    print(f"{os.path.basename(sys.argv[0])}: error: {msg}", file=sys.stderr, flush=True)
+    sys.exit(code)
