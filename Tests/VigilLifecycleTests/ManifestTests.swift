@@ -5,7 +5,7 @@ import VigilProtocol
 
 private let file = "/etc/vigil/apps/logger.toml"
 
-private func problem(_ text: String) -> ManifestProblem? {
+private func parseProblem(_ text: String) -> ManifestProblem? {
     do {
         _ = try AppManifest.parse(text, file: file)
         return nil
@@ -66,27 +66,27 @@ struct ManifestParsingTests {
         ("id = \"org.example.a\"\nexec = [\"/bin/x\"]\n[environment]\nLEVEL = 3", "environment.LEVEL"),
     ])
     func invalidManifestNamesFileAndField(text: String, field: String) throws {
-        let problem = try #require(problem(text), "expected \(field) to be refused")
+        let problem = try #require(parseProblem(text), "expected \(field) to be refused")
         #expect(problem.file == file)
         #expect(problem.field == field)
         #expect(problem.description.hasPrefix("\(file): field '\(field)': "))
     }
 
     @Test func unknownBackgroundModeListsKnownOnes() throws {
-        let problem = try #require(problem("id = \"org.example.a\"\nexec = [\"/bin/x\"]\nbackground-modes = [\"bluetooth-central\", \"voip\"]"))
+        let problem = try #require(parseProblem("id = \"org.example.a\"\nexec = [\"/bin/x\"]\nbackground-modes = [\"bluetooth-central\", \"voip\"]"))
         #expect(problem.field == "background-modes[1]")
         #expect(problem.message.contains("'voip'"))
         #expect(problem.message.contains("external-accessory"))
     }
 
     @Test func unknownFieldIsReportedByName() throws {
-        let problem = try #require(problem("id = \"org.example.a\"\nexec = [\"/bin/x\"]\nexits-on-supsend = true"))
+        let problem = try #require(parseProblem("id = \"org.example.a\"\nexec = [\"/bin/x\"]\nexits-on-supsend = true"))
         #expect(problem.field == "exits-on-supsend")
         #expect(problem.message.contains("unknown field"))
     }
 
     @Test func syntaxErrorNamesTheLine() throws {
-        let problem = try #require(problem("id = \"org.example.a\"\nexec = [\"/bin/x\"]\nexits-on-suspend = = true\n"))
+        let problem = try #require(parseProblem("id = \"org.example.a\"\nexec = [\"/bin/x\"]\nexits-on-suspend = = true\n"))
         #expect(problem.file == file)
         #expect(problem.field == nil)
         #expect(problem.message.contains("not valid TOML"))

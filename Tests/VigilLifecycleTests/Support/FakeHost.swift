@@ -139,11 +139,14 @@ final class Harness {
 }
 
 /// The code of the ProtocolError `body` throws, or nil if it does not throw.
-func errorCode(_ body: () throws(ProtocolError) -> Void) -> ProtocolError.Code? {
+func errorCode(_ body: () throws -> Void) -> ProtocolError.Code? {
     do {
         try body()
         return nil
-    } catch {
+    } catch let error as ProtocolError {
         return error.code
+    } catch {
+        Issue.record("unexpected error \(error)")
+        return nil
     }
 }

@@ -1,0 +1,366 @@
+"""The local protocol, end to end, against a real vigild, using the stdlib client.
+
+    VIGILD=.build/debug/vigild VIGIL_DEMO_APP=.build/debug/vigil-demo-app \\
+        /usr/bin/python3 -m unittest discover -s Tests/python -v
+
+Starts one vigild for the whole module on a private socket, with its own
+config, manifest, state and log folders in a temporary directory. Skipped (not
+failed) when the vigild binary has not been built.
+
+Environment:
+  VIGILD                  the daemon binary (default: .build/debug/vigild)
+  VIGILD_ARGS             extra daemon arguments, split like a shell would
+  VIGIL_TEST_CGROUP_ROOT  a cgroup folder for the daemon's apps (config key cgroup-root)
+"""
+
+import json
+import os
+import shlex
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "clients", "python"))
+
+from vigil_client import (  # noqa: E402
+    AppClient, ConnectionClosed, Connection, ControlClient, VigilError, encode_frame,
+)
+
+VIGILD = os.environ.get("VIGILD") or os.path.join(REPO, ".build", "debug", "vigild")
+EXAMPLE_APP = os.path.join(REPO, "clients", "python", "example_app.py")
+PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+
+# The daemon's config file. Keys and timings are the only daemon-specific
+# knowledge here: adjust them if vigild's config changes.
+DAEMON_CONFIG = """\
+manifest-dirs = [{apps}]
+state-dir = {state}
+log-dir = {logs}
+event-queue-limit = 1000
+{extra}
+[timings]
+suspend-grace = 1.0
+wake-budget = 5.0
+background-time-limit = 30.0
+expiration-warning = 5.0
+exit-grace = 2.0
+"""
+
+APP_MANIFEST = """\
+id = {id}
+exec = {exec}
+background-modes = []
+accessory-protocols = []
+exits-on-suspend = false
+"""
+
+BINARY_APP = "org.example.py.binary"
+RELAUNCH_APP = "org.example.py.relaunch"
+STARTUP_TIMEOUT = 15.0
+RECORD_TIMEOUT = 15.0
+
+
+def toml_string(value):
+    # A TOML basic string is a JSON string for the characters paths contain.
+    return json.dumps(value)
+
+
+class Daemon:
+    """A vigild with everything in one temporary folder."""
+
+    def __init__(self, root):
+        self.root = root
+        self.socket = os.path.join(root, "run", "vigild.sock")
+        self.apps_dir = os.path.join(root, "apps")
+        self.log_dir = os.path.join(root, "logs")
+        self.output = os.path.join(root, "vigild.out")
+        for folder in (self.apps_dir, self.log_dir, os.path.join(root, "state"), os.path.dirname(self.socket)):
+            os.makedirs(folder, exist_ok=True)
+        self.config = os.path.join(root, "vigild.toml")
+        cgroup_root = os.environ.get("VIGIL_TEST_CGROUP_ROOT")
+        with open(self.config, "w") as config:
+            config.write(DAEMON_CONFIG.format(
+                apps=toml_string(self.apps_dir),
+                state=toml_string(os.path.join(root, "state")),
+                logs=toml_string(self.log_dir),
+                extra=f"cgroup-root = {toml_string(cgroup_root)}" if cgroup_root else "",
+            ))
+        self.process = None
+
+    def add_python_app(self, app_id, record_path):
+        command = [PYTHON, EXAMPLE_APP, "--record", record_path]
+        with open(os.path.join(self.apps_dir, app_id + ".toml"), "w") as manifest:
+            manifest.write(APP_MANIFEST.format(id=toml_string(app_id), exec=json.dumps(command)))
+
+    def start(self):
+        arguments = [VIGILD, "--socket", self.socket, "--config", self.config]
+        arguments += shlex.split(os.environ.get("VIGILD_ARGS", ""))
+        # Never the test runner's own stdout/stderr: apps may outlive the daemon holding them.
+        with open(self.output, "ab") as output:
+            self.process = subprocess.Popen(arguments, stdin=subprocess.DEVNULL, stdout=output,
+                                            stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"vigild exited with {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                with ControlClient(self.socket, timeout=2.0):
+                    return
+            except (VigilError, OSError):
+                time.sleep(0.05)
+        raise RuntimeError(f"vigild did not answer on {self.socket} within {STARTUP_TIMEOUT}s:\n{self.log_tail()}")
+
+    def stop(self):
+        if self.process is None or self.process.poll() is not None:
+            return
+        try:
+            with ControlClient(self.socket, timeout=5.0) as control:
+                for app in control.apps():
+                    if app.get("pid"):
+                        control.app_action("quit", app["id"])
+        except (VigilError, OSError):
+            pass
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def log_tail(self, lines=40):
+        try:
+            with open(self.output, errors="replace") as output:
+                return "".join(output.readlines()[-lines:])
+        except OSError:
+            return "(no daemon output)"
+
+
+def read_records(path):
+    try:
+        with open(path) as records:
+            return [json.loads(line) for line in records if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def wait_for_record(path, predicate, timeout=RECORD_TIMEOUT):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for record in read_records(path):
+            if predicate(record):
+                return record
+        time.sleep(0.05)
+    return None
+
+
+def raw_connection(path, timeout=5.0):
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    sock.connect(path)
+    return sock
+
+
+@unittest.skipUnless(os.access(VIGILD, os.X_OK), f"vigild is not built at {VIGILD} (set VIGILD, or run swift build)")
+class ProtocolTests(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="vigil-pytest-")
+        cls.daemon = Daemon(cls.tmp.name)
+        cls.records = {app: os.path.join(cls.tmp.name, app + ".jsonl") for app in (BINARY_APP, RELAUNCH_APP)}
+        for app, record in cls.records.items():
+            cls.daemon.add_python_app(app, record)
+        cls.daemon.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+        cls.tmp.cleanup()
+
+    def control(self):
+        return ControlClient(self.daemon.socket)
+
+    def context(self):
+        return "\n--- vigild output ---\n" + self.daemon.log_tail()
+
+    def assertClosedWithError(self, connection, code):
+        """The next frame is an error with `code`, then the daemon closes."""
+        message = connection.receive(timeout=5.0)
+        self.assertIsNotNone(message, f"no answer; expected error {code}" + self.context())
+        self.assertEqual(message.type, "error", message.header)
+        self.assertEqual(message["code"], code, message.header)
+        self.assertIsInstance(message.get("message"), str)
+        with self.assertRaises(ConnectionClosed):
+            extra = connection.receive(timeout=5.0)
+            self.fail(f"connection still open after fatal {code}; got {extra}")
+
+    # -- handshake
+
+    def test_control_handshake_is_welcomed(self):
+        with self.control() as control:
+            welcome = control.welcome
+            self.assertEqual(welcome["type"], "welcome")
+            self.assertEqual(welcome["version"], 1)
+            self.assertEqual(welcome["role"], "control")
+            self.assertIsInstance(welcome["daemon"], str)
+            self.assertEqual(welcome["limits"], {"maxHeaderBytes": 65536, "maxBodyBytes": 1048576})
+
+    def test_highest_common_version_is_chosen(self):
+        with Connection(self.daemon.socket, versions=[1, 99]) as connection:
+            self.assertEqual(connection.welcome["version"], 1)
+
+    def test_unsupported_version_is_refused(self):
+        connection = Connection(self.daemon.socket, handshake=False)
+        with connection:
+            connection.send_frame({"type": "hello", "versions": [99], "role": "control"})
+            self.assertClosedWithError(connection, "unsupportedVersion")
+
+    def test_first_frame_must_be_hello(self):
+        with Connection(self.daemon.socket, handshake=False) as connection:
+            connection.send_frame({"type": "apps", "id": 1})
+            self.assertClosedWithError(connection, "handshakeRequired")
+
+    def test_plain_process_cannot_take_app_role(self):
+        with self.assertRaises(VigilError) as refusal:
+            AppClient(self.daemon.socket)
+        self.assertEqual(refusal.exception.code, "unauthorized", self.context())
+
+    # -- framing errors
+
+    def test_malformed_header_closes_only_that_connection(self):
+        with self.control() as bystander, self.control() as offender:
+            offender.send_raw(struct.pack("<II", 8, 0) + b"not json")
+            self.assertClosedWithError(offender, "malformedFrame")
+            self.assertIsInstance(bystander.apps(), list)
+
+    def test_header_without_type_is_malformed(self):
+        with self.control() as connection:
+            connection.send_frame({"id": 3})
+            self.assertClosedWithError(connection, "malformedFrame")
+
+    def test_empty_header_is_malformed(self):
+        with self.control() as connection:
+            connection.send_raw(struct.pack("<II", 0, 0))
+            self.assertClosedWithError(connection, "malformedFrame")
+
+    def test_oversized_header_is_refused_on_the_prefix(self):
+        # Only the prefix is sent: the daemon must answer without waiting for 64 KiB + 1.
+        with self.control() as connection:
+            connection.send_raw(struct.pack("<II", 65537, 0))
+            self.assertClosedWithError(connection, "frameTooLarge")
+
+    def test_oversized_body_is_refused_on_the_prefix(self):
+        with self.control() as connection:
+            connection.send_raw(struct.pack("<II", 20, 1048577))
+            self.assertClosedWithError(connection, "frameTooLarge")
+
+    def test_frame_split_across_writes_is_reassembled(self):
+        with self.control() as connection:
+            frame = encode_frame({"type": "apps", "id": 41})
+            for byte in frame:
+                connection.send_raw(bytes([byte]))
+            reply = connection.receive(timeout=5.0)
+            self.assertEqual((reply.type, reply.id), ("reply", 41), reply.header)
+
+    def test_unknown_request_is_answered_and_connection_stays(self):
+        with self.control() as connection:
+            with self.assertRaises(VigilError) as refusal:
+                connection.request("noSuchThing")
+            self.assertEqual(refusal.exception.code, "unknownMessage")
+            self.assertIsInstance(connection.apps(), list)
+
+    # -- control role
+
+    def test_apps_lists_manifests_with_documented_members(self):
+        with self.control() as control:
+            apps = {app["id"]: app for app in control.apps()}
+        self.assertIn(BINARY_APP, apps, self.context())
+        members = {"id", "state", "pid", "backgroundModes", "exitsOnSuspend", "forceQuit", "wakes", "launches",
+                   "backgroundTimeUsed", "backgroundTimeRemaining", "tasks", "queuedEvents",
+                   "unacknowledgedEvents", "droppedEvents", "lastDecision", "lastReason", "launchReason",
+                   "logPath", "manifestPath"}
+        self.assertLessEqual(members, set(apps[BINARY_APP]), "missing: " + ", ".join(members - set(apps[BINARY_APP])))
+
+    def test_status_names_the_suspension_mechanism(self):
+        with self.control() as control:
+            status = control.status()
+        self.assertIn(status["suspension"], ("cgroup", "signal"))
+        self.assertIsInstance(status["suspensionDetail"], str)
+        self.assertEqual(status["protocolVersion"], 1)
+
+    def test_unknown_app_is_a_request_error(self):
+        with self.control() as control:
+            with self.assertRaises(VigilError) as refusal:
+                control.app_action("launch", "org.example.nonexistent")
+            self.assertEqual(refusal.exception.code, "unknownApp")
+            self.assertIsInstance(control.apps(), list)
+
+    # -- app role, through the example app
+
+    def test_wake_delivers_binary_payload_intact(self):
+        record = self.records[BINARY_APP]
+        payload = bytes(range(256))
+        with self.control() as control:
+            control.app_action("launch", BINARY_APP)
+            launched = wait_for_record(record, lambda r: r["kind"] == "launch")
+            self.assertIsNotNone(launched, "the example app never connected" + self.context())
+            self.assertEqual(launched["app"], BINARY_APP)
+
+            accepted = control.wake(BINARY_APP, attributes={"note": "bytes 0..255", "n": 256}, payload=payload)
+            self.assertIsInstance(accepted["seq"], int)
+            self.assertIn(accepted["disposition"], ("delivered", "woke", "launched", "queued"))
+
+            event = wait_for_record(record, lambda r: r["kind"] == "event" and r["seq"] == accepted["seq"])
+            self.assertIsNotNone(event, "the event never reached the app" + self.context())
+            self.assertEqual(bytes.fromhex(event["payloadHex"]), payload)
+            self.assertEqual(event["eventKind"], "test")
+            self.assertEqual(event["attributes"], {"note": "bytes 0..255", "n": 256})
+            self.assertFalse(event["redelivered"])
+            self.assertTrue(self.eventually(lambda: self.app_info(control, BINARY_APP)["unacknowledgedEvents"] == 0),
+                            "the ack did not empty the queue" + self.context())
+
+    def test_event_relaunches_app_terminated_by_system(self):
+        record = self.records[RELAUNCH_APP]
+        with self.control() as control:
+            control.app_action("launch", RELAUNCH_APP)
+            self.assertIsNotNone(wait_for_record(record, lambda r: r["kind"] == "launch"), self.context())
+            info = control.app_action("terminate", RELAUNCH_APP)
+            self.assertFalse(info["forceQuit"])
+            self.assertTrue(self.eventually(lambda: self.app_info(control, RELAUNCH_APP)["pid"] is None),
+                            "terminate left the app running" + self.context())
+
+            accepted = control.wake(RELAUNCH_APP, kind="test", payload=b"again")
+            event = wait_for_record(record, lambda r: r["kind"] == "event" and r["seq"] == accepted["seq"])
+            self.assertIsNotNone(event, "the event did not relaunch the app" + self.context())
+            self.assertEqual(bytes.fromhex(event["payloadHex"]), b"again")
+            launches = [r for r in read_records(record) if r["kind"] == "launch"]
+            self.assertEqual(launches[-1]["launch"]["reason"], "event", launches[-1])
+            self.assertEqual(launches[-1]["state"], "background", launches[-1])
+
+            decisions = control.log(app=RELAUNCH_APP)
+            self.assertTrue(decisions, "no decision logged")
+            self.assertLessEqual({"time", "app", "action", "reason", "state"}, set(decisions[-1]))
+
+    # -- helpers
+
+    @staticmethod
+    def app_info(control, app_id):
+        return next(app for app in control.apps() if app["id"] == app_id)
+
+    @staticmethod
+    def eventually(condition, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if condition():
+                return True
+            time.sleep(0.05)
+        return False
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,58 @@
+#!/usr/bin/python3
+"""A minimal Vigil app in Python, usable as an app's `exec` in a manifest:
+
+    exec = ["/usr/bin/python3", "/path/to/clients/python/example_app.py", "--record", "/tmp/py.jsonl"]
+
+It connects as an app, writes one JSON line per thing it receives to the file
+named by --record or $VIGIL_PY_RECORD (the body as hex, so binary payloads can
+be checked byte for byte), acknowledges each event and then says it has
+finished processing, so the daemon may suspend it at once.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from vigil_client import AppClient, Event, Lifecycle, monotonic_ns  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--record", default=os.environ.get("VIGIL_PY_RECORD"), help="JSON-lines file to append to")
+    parser.add_argument("--socket", default=None, help="daemon socket (default: $VIGIL_SOCKET, ...)")
+    options = parser.parse_args()
+
+    def record(**fields):
+        fields.update(t=monotonic_ns(), pid=os.getpid())
+        line = json.dumps(fields, sort_keys=True)
+        print(line, flush=True)
+        if options.record:
+            # One write per line on an O_APPEND descriptor: whole even if the app is frozen next.
+            descriptor = os.open(options.record, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                os.write(descriptor, (line + "\n").encode())
+            finally:
+                os.close(descriptor)
+
+    with AppClient(options.socket) as app:
+        record(kind="launch", app=app.app_id, state=app.state, launch=app.launch)
+        for item in app.events():
+            if isinstance(item, Lifecycle):
+                record(kind="lifecycle", event=item.event, state=item.state)
+                if item.event == "willTerminate":
+                    return 0
+            elif isinstance(item, Event):
+                record(kind="event", seq=item.seq, eventKind=item.kind, attributes=item.attributes,
+                       payloadHex=item.payload.hex(), redelivered=item.redelivered)
+                app.ack(item.seq)
+                app.finished_processing()
+                record(kind="finished", seq=item.seq)
+    record(kind="disconnected")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
