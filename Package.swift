@@ -19,6 +19,7 @@ let package = Package(
         .executable(name: "vigilctl", targets: ["vigilctl"]),
         .library(name: "VigilKit", targets: ["VigilKit"]),
         .executable(name: "vigil-demo-app", targets: ["VigilDemoApp"]),
+        .executable(name: "vigil-bench", targets: ["VigilBench"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -94,6 +95,13 @@ let package = Package(
             name: "VigilDemoApp",
             dependencies: ["VigilKit"],
             path: "Sources/Examples/VigilDemoApp",
+            swiftSettings: strict
+        ),
+        // Benchmarks print figures (ratios against a baseline of the same run); they assert nothing.
+        .executableTarget(
+            name: "VigilBench",
+            dependencies: ["VigilKit", "VigilSystem"],
+            path: "Sources/Benchmarks/VigilBench",
             swiftSettings: strict
         ),
 

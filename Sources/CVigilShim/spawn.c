@@ -48,11 +48,14 @@ static void run_child(const vigil_spawn_request *request, int report_fd) {
         fail(report_fd, VIGIL_SPAWN_CGROUP);
     }
 
-    // Handlers and the blocked mask come from the daemon's threads, not the app's business.
-    struct sigaction default_action = { 0 };
-    default_action.sa_handler = SIG_DFL;
-    sigemptyset(&default_action.sa_mask);
-    for (int signal = 1; signal < NSIG; signal++) (void)sigaction(signal, &default_action, NULL);
+    // Dispositions and the blocked mask come from the daemon's threads, not
+    // the app's business. An all-zero kernel sigaction is SIG_DFL, no flags,
+    // empty mask on every architecture; the raw call also resets the signals
+    // glibc reserves for itself (32, 33), which its sigaction() refuses.
+    static const unsigned long default_action[4] = { 0 };
+    for (int signal = 1; signal < _NSIG; signal++) {
+        (void)syscall(SYS_rt_sigaction, signal, default_action, NULL, (_NSIG - 1) / 8);
+    }
     sigset_t empty;
     sigemptyset(&empty);
     sigprocmask(SIG_SETMASK, &empty, NULL);

@@ -10,11 +10,20 @@ extension Cgroup {
     /// A close-on-exec, read-only fd for cgroup.events, owned by the caller.
     ///
     /// poll and epoll report it with `.priority` and `.error` (EPOLLPRI |
-    /// EPOLLERR) whenever the file changes. It is always "readable", so
-    /// watch for `.priority` only, and call `readEvents(from:)` in the handler:
-    /// reading acknowledges the change, or level-triggered epoll keeps firing.
+    /// EPOLLERR) when the file changes after this call (e.g. `frozen` or
+    /// `populated` flips). It is always "readable", so watch for `.priority`
+    /// only, and call `readEvents(from:)` in the handler: reading acknowledges
+    /// the change, or level-triggered epoll keeps reporting it.
     public func openEvents() throws -> Int32 {
-        try FileSystem.open(file("cgroup.events"), .readOnly).rawValue
+        let fd = try FileSystem.open(file("cgroup.events"), .readOnly)
+        do {
+            // A fresh fd counts as changed until its first read.
+            _ = try FileSystem.read(fd, path: file("cgroup.events"))
+        } catch {
+            try? fd.close()
+            throw error
+        }
+        return fd.rawValue
     }
 
     /// Re-reads an fd from `openEvents()` from the start, acknowledging the change.

@@ -63,9 +63,10 @@ import VigilSystem
 
     @Test func updateWatchSwitchesEvents() async throws {
         try await withRunningLoop { loop in
-            let (reader, _) = try UnixStream.pair()
+            let (reader, writer) = try UnixStream.pair()
             let seen = Recorder<IOEvents>()
             let id = try loop.watch(reader.fd, for: []) { seen.append($0) }
+            defer { withExtendedLifetime(writer) {} }
             try await Task.sleep(for: .milliseconds(50))
             #expect(seen.snapshot.isEmpty)
             try loop.updateWatch(id, for: .writable)
@@ -133,8 +134,9 @@ import VigilSystem
 
     @Test func idleLoopDoesNotWakeUp() async throws {
         try await withRunningLoop { loop in
-            let (reader, _) = try UnixStream.pair()
+            let (reader, writer) = try UnixStream.pair()
             let watch = try loop.watch(reader.fd, for: .readable) { _ in }
+            defer { withExtendedLifetime(writer) {} }
             loop.schedule(after: .seconds(3600)) {}
             let cancelled = loop.schedule(after: .milliseconds(200)) {}
             loop.cancelTimer(cancelled)

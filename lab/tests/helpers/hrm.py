@@ -5,6 +5,8 @@ Used by the 2x-ble-hrm-* tests and by the broken-peer self-check.
 
 from __future__ import annotations
 
+import os
+
 import vigillab as lab
 from vigillab import LabError
 
@@ -19,7 +21,8 @@ def run_check(peer_args: list[str], notifications: int = 6, location: int = 1,
     bz.forget_all()
     peer = lab.Peer.start("hrm", "heart_rate_monitor.py", "--name", NAME,
                           "--location", str(location), "--interval", "0.3",
-                          "--count", str(notifications), *peer_args)
+                          "--count", str(notifications), *peer_args,
+                          *os.environ.get("LAB_HRM_EXTRA_ARGS", "").split())
     dev = None
     try:
         dev = bz.discover(name=NAME, uuid=HRS_UUID, timeout=30)

@@ -1,0 +1,153 @@
+import Foundation
+import Glibc
+import VigilKit
+import VigilProtocol
+import VigilSystem
+
+// Wake latency and idle cost of vigild, measured against a real daemon and the
+// real sample app. Prints figures; asserts nothing. See docs/performance.md.
+//
+//   swift build -c release && sudo .build/release/vigil-bench [--wakes N] [--idle-seconds S]
+
+struct Options {
+    var wakes = 1000
+    var idleSeconds = 30
+
+    static func parse(_ arguments: [String]) -> Options {
+        var options = Options()
+        var arguments = arguments[...]
+        while let argument = arguments.popFirst() {
+            switch argument {
+            case "--wakes": options.wakes = Int(arguments.popFirst() ?? "") ?? options.wakes
+            case "--idle-seconds": options.idleSeconds = Int(arguments.popFirst() ?? "") ?? options.idleSeconds
+            default:
+                FileHandle.standardError.write("usage: vigil-bench [--wakes N] [--idle-seconds S]\n".data(using: .utf8)!)
+                exit(2)
+            }
+        }
+        return options
+    }
+}
+let binaries = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent().path
+
+struct Figures {
+    var name: String
+    var samples: [Double]  // microseconds
+
+    func percentile(_ p: Double) -> Double {
+        let sorted = samples.sorted()
+        guard !sorted.isEmpty else { return .nan }
+        return sorted[min(sorted.count - 1, Int((Double(sorted.count) * p).rounded(.up)) - 1)]
+    }
+}
+
+/// Is the app's process stopped from running (frozen cgroup, or SIGSTOP's `T`)?
+func isSuspended(_ daemon: BenchDaemon, pid: Int32) -> Bool {
+    if let root = daemon.cgroupRoot {
+        return (try? Cgroup(path: root).child(BenchDaemon.appID).isFrozen()) ?? false
+    }
+    return ProcessControl.processState(pid) == "T"
+}
+
+func waitFor(_ what: String, timeout: Duration = .seconds(20), _ condition: () async throws -> Bool) async throws {
+    let deadline = MonotonicInstant.now().advanced(by: timeout)
+    while try await !condition() {
+        guard MonotonicInstant.now() < deadline else { throw BenchError("timed out waiting for \(what)") }
+        usleep(200)
+    }
+}
+
+struct BenchError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// Sends `count` test events, one at a time, each stamped with the send time;
+/// `suspended` waits for re-suspension between events so every one is a wake.
+func measure(_ name: String, daemon: BenchDaemon, count: Int, suspended: Bool) async throws -> Figures {
+    let reader = RecordReader(path: daemon.recordPath)
+    _ = reader.newRecords()
+    let pid = try await daemon.control.apps().first { $0.id == BenchDaemon.appID }?.pid ?? 0
+    var samples: [Double] = []
+    var dispositions: [String: Int] = [:]
+    for _ in 0..<count {
+        if suspended { try await waitFor("suspension") { isSuspended(daemon, pid: pid) } }
+        let sent = MonotonicInstant.now().nanoseconds
+        let accepted = try await daemon.control.wake(app: BenchDaemon.appID, kind: "bench", attributes: ["sent": .number(Double(sent))], payload: [])
+        dispositions[accepted.disposition, default: 0] += 1
+        var latency: Double?
+        try await waitFor("event \(accepted.seq)") {
+            for record in reader.newRecords() where (record["seq"] as? Int).map(UInt64.init) == accepted.seq {
+                latency = (record["latencyNs"] as? Double ?? (record["latencyNs"] as? Int).map(Double.init)).map { $0 / 1000 }
+            }
+            return latency != nil
+        }
+        samples.append(latency!)
+    }
+    let summary = dispositions.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
+    print("  \(name): \(count) events (\(summary))")
+    return Figures(name: name, samples: samples)
+}
+
+/// Context switches of every thread of `pid` (voluntary + involuntary).
+func contextSwitches(of pid: Int32) -> Int {
+    let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+    return tasks.reduce(0) { total, tid in
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/task/\(tid)/status", encoding: .utf8) else { return total }
+        return total + status.split(separator: "\n").reduce(0) { sum, line in
+            line.hasPrefix("voluntary_ctxt_switches") || line.hasPrefix("nonvoluntary_ctxt_switches")
+                ? sum + (Int(line.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)) ?? 0) : sum
+        }
+    }
+}
+
+func run(wakes: Int, idleSeconds: Int, binaries: String) async throws {
+    print("vigil-bench: \(wakes) wakes per mechanism, \(idleSeconds) s idle; binaries in \(binaries)")
+    var figures: [Figures] = []
+    var idleReport = ""
+    for mechanism in ["cgroup", "signal"] {
+        let daemon = try await BenchDaemon(binaries: binaries, suspension: mechanism)
+        defer { daemon.stop() }
+        let status = try await daemon.control.status()
+        guard status.suspension.rawValue == mechanism else {
+            throw BenchError("asked for \(mechanism) suspension, the daemon uses \(status.suspension.rawValue): \(status.suspensionDetail)")
+        }
+        _ = try await daemon.control.perform(.launch, app: BenchDaemon.appID)
+        try await waitFor("the app to become active") {
+            try await daemon.control.apps().first { $0.id == BenchDaemon.appID }?.state == .active
+        }
+        if mechanism == "cgroup" {
+            figures.append(try await measure("baseline: app active (no wake)", daemon: daemon, count: wakes, suspended: false))
+        }
+        _ = try await daemon.control.perform(.background, app: BenchDaemon.appID)
+        figures.append(try await measure("wake from \(mechanism == "cgroup" ? "cgroup freezer" : "SIGSTOP fallback")", daemon: daemon, count: wakes, suspended: true))
+
+        if mechanism == "cgroup" && idleSeconds > 0 {
+            let pid = try await daemon.control.apps().first { $0.id == BenchDaemon.appID }?.pid ?? 0
+            try await waitFor("suspension") { isSuspended(daemon, pid: pid) }
+            let before = contextSwitches(of: daemon.pid)
+            try await Task.sleep(for: .seconds(idleSeconds))
+            let after = contextSwitches(of: daemon.pid)
+            idleReport = "daemon context switches over \(idleSeconds) s idle (app suspended, all threads): \(after - before)"
+        }
+    }
+    print("")
+    print("wake latency, from the event's send to the app's handler (µs):")
+    print("  scenario                              p50       p99       max    p50 vs baseline")
+    let baseline = figures.first?.percentile(0.5) ?? .nan
+    for figure in figures {
+        let numbers = String(
+            format: "%8.0f  %8.0f  %8.0f    %.1fx", figure.percentile(0.5), figure.percentile(0.99),
+            figure.samples.max() ?? .nan, figure.percentile(0.5) / baseline)
+        print("  " + figure.name.padding(toLength: 34, withPad: " ", startingAt: 0) + " " + numbers)
+    }
+    if !idleReport.isEmpty { print(idleReport) }
+}
+
+do {
+    let options = Options.parse(Array(CommandLine.arguments.dropFirst()))
+    try await run(wakes: options.wakes, idleSeconds: options.idleSeconds, binaries: binaries)
+} catch {
+    FileHandle.standardError.write("vigil-bench: \(error)\n".data(using: .utf8)!)
+    exit(1)
+}

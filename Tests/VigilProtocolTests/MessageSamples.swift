@@ -1,0 +1,69 @@
+import VigilProtocol
+
+/// One value of every message type, with optional members both set and not.
+enum MessageSamples {
+    static let app = AppInfo(
+        id: "org.example.logger", state: .background, pid: 4242, backgroundModes: [.externalAccessory],
+        exitsOnSuspend: false, forceQuit: false, wakes: 3, launches: 1, backgroundTimeUsed: 12.5,
+        backgroundTimeRemaining: 167.5, tasks: [BackgroundTaskInfo(id: 1, name: "upload")], queuedEvents: 2,
+        unacknowledgedEvents: 1, droppedEvents: 0, lastDecision: "wake", lastReason: "event 7 (test)",
+        launchReason: .event, logPath: "/var/log/vigil/org.example.logger.log", manifestPath: "/etc/vigil/apps/logger.toml"
+    )
+    static let notRunningApp = AppInfo(
+        id: "org.example.idle", state: .notRunning, pid: nil, backgroundModes: [], exitsOnSuspend: true,
+        forceQuit: true, wakes: 0, launches: 0, backgroundTimeUsed: 0, backgroundTimeRemaining: nil, tasks: [],
+        queuedEvents: 0, unacknowledgedEvents: 0, droppedEvents: 0, lastDecision: nil, lastReason: nil,
+        launchReason: nil, logPath: nil, manifestPath: "/etc/vigil/apps/idle.toml"
+    )
+    static let problem = ManifestProblem(file: "/etc/vigil/apps/bad.toml", field: "exec", message: "must not be empty")
+
+    static let all: [any Message & Equatable] = [
+        // Handshake
+        Hello(role: .app, app: "org.example.logger", client: "tests/1"),
+        Hello(versions: [1, 2], role: .control),
+        Welcome(
+            version: 1, daemon: "vigild/0.1.0", role: .app, app: "org.example.logger", state: .background,
+            launch: LaunchOptions(reason: .event, eventKind: "test"), deadline: 123_456_789_000, limits: .default
+        ),
+        Welcome(version: 1, daemon: "vigild/0.1.0", role: .control, limits: .default),
+        Done(),
+        ProtocolError(.invalidArgument, "beginBackgroundTask: missing field 'name'", id: 7),
+        ProtocolError(.malformedFrame, "header is not JSON"),
+        // App → daemon
+        BeginBackgroundTask(name: "upload"),
+        BackgroundTaskGranted(task: 0),
+        EndBackgroundTask(task: 3),
+        FinishedProcessing(),
+        QueryBackgroundTime(),
+        BackgroundTimeRemaining(seconds: 42.5),
+        BackgroundTimeRemaining(seconds: nil),
+        Acknowledge(seq: 18_446_744_073_709_551_615),
+        // Daemon → app
+        LifecycleMessage(event: .didEnterBackground, state: .background),
+        EventMessage(seq: 9, kind: "test", attributes: ["n": 1, "ok": true, "nested": .object(["a": .array([.null])])]),
+        EventMessage(seq: 10, kind: "overflow", attributes: ["dropped": 4, "firstDroppedKind": "test"], redelivered: true),
+        TaskExpiring(task: 2, name: "upload"),
+        DeadlineChanged(deadline: 99),
+        DeadlineChanged(deadline: nil),
+        // Control
+        StatusRequest(),
+        DaemonStatus(
+            daemon: "vigild/0.1.0", pid: 1, protocolVersion: 1, socket: "/run/vigil/vigild.sock",
+            suspension: .cgroupFreezer, suspensionDetail: "cgroup v2 freezer at /sys/fs/cgroup/vigil",
+            cgroupRoot: "/sys/fs/cgroup/vigil", apps: 2, manifestProblems: [problem],
+            timings: ["suspend-grace": 5, "wake-budget": 10], uptime: 3.25
+        ),
+        ListApps(),
+        AppList(apps: [app, notRunningApp]),
+        AppActionRequest(action: .terminate, app: "org.example.logger"),
+        AppReply(app: app),
+        WakeRequest(app: "org.example.logger", kind: "test", attributes: ["sent": 123]),
+        WakeRequest(app: "org.example.logger"),
+        EventAccepted(seq: 11, disposition: "woke"),
+        LogRequest(app: "org.example.logger", limit: 20),
+        LogRequest(),
+        DecisionLog(decisions: [DecisionRecord(time: 1.7e9, app: "org.example.logger", action: "suspend", reason: "grace period over", state: .suspended)]),
+        ReloadRequest(),
+        ReloadResult(apps: ["org.example.logger"], problems: [ManifestProblem(file: "x.toml", field: nil, message: "not TOML")]),
+    ]
+}

@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""Serial accessory peer: runs on the gadget side (/dev/ttyGSn) of a lab USB
+CDC-ACM gadget (or on any tty / pty end) and behaves like a device.
+
+Modes:
+  records  write line records "seq,timestamp,value\\n" at --rate per second,
+           --count of them (0 = forever); value = (seq * 37) % 1000 / 10,
+           printed with one decimal; timestamp = seconds since start (6 dp).
+  echo     write back everything read, until EOF/EIO or --count bytes.
+  bulk     throughput: write --bytes bytes of the pattern byte[i] = i % 251
+           as fast as the port takes them, then report bytes/s.
+  sink     throughput the other way: read --bytes bytes, check the same
+           pattern, report bytes/s.
+
+Events (JSON lines, --events): "open", "record" (records mode, every one),
+"done" with counts and bytes_per_s, "eof"/"error" when the port goes away.
+Commands on --control: "pause", "resume", "quit".
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import select
+import sys
+import termios
+import time
+import tty
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _peerlib  # noqa: E402
+
+
+def pattern(n: int, start: int = 0) -> bytes:
+    return bytes((i % 251) for i in range(start, start + n))
+
+
+def record(seq: int, t: float) -> bytes:
+    value = (seq * 37) % 1000 / 10
+    return f"{seq},{t:.6f},{value:.1f}\n".encode()
+
+
+class Accessory:
+    def __init__(self, args, events: _peerlib.Events) -> None:
+        self.a = args
+        self.ev = events
+        self.paused = False
+        self.ctl = None
+        if args.control:
+            if os.path.exists(args.control):
+                os.unlink(args.control)
+            os.mkfifo(args.control)
+            self.ctl = os.open(args.control, os.O_RDWR | os.O_NONBLOCK)
+        self.ctl_buf = b""
+
+    def poll_control(self) -> bool:
+        """Handle pending commands; False = quit."""
+        if self.ctl is None:
+            return True
+        try:
+            self.ctl_buf += os.read(self.ctl, 4096)
+        except BlockingIOError:
+            pass
+        while b"\n" in self.ctl_buf:
+            line, self.ctl_buf = self.ctl_buf.split(b"\n", 1)
+            cmd = line.decode().strip()
+            self.ev.emit("command", command=cmd)
+            if cmd == "pause":
+                self.paused = True
+            elif cmd == "resume":
+                self.paused = False
+            elif cmd == "quit":
+                return False
+        return True
+
+    def open(self) -> int:
+        fd = os.open(self.a.device, os.O_RDWR | os.O_NOCTTY)
+        tty.setraw(fd, termios.TCSANOW)
+        attrs = termios.tcgetattr(fd)
+        attrs[6][termios.VMIN] = 1
+        attrs[6][termios.VTIME] = 0
+        termios.tcsetattr(fd, termios.TCSANOW, attrs)
+        self.ev.emit("open", device=self.a.device, mode=self.a.mode)
+        return fd
+
+    def wait_fds(self, fd: int, write: bool, timeout: float = 0.5) -> bool:
+        rl = [self.ctl] if self.ctl is not None else []
+        wl = [fd] if write else []
+        if not write:
+            rl.append(fd)
+        r, w, _ = select.select(rl, wl, [], timeout)
+        return fd in r or fd in w
+
+    def write_all(self, fd: int, data: bytes) -> bool:
+        view = memoryview(data)
+        while view:
+            if not self.poll_control():
+                return False
+            if self.paused or not self.wait_fds(fd, True):
+                continue
+            n = os.write(fd, view[:4096])
+            view = view[n:]
+        return True
+
+    def run_records(self, fd: int) -> None:
+        a = self.a
+        t0 = time.monotonic()
+        seq = 0
+        period = 1.0 / a.rate if a.rate > 0 else 0
+        while not a.count or seq < a.count:
+            due = t0 + seq * period
+            while True:
+                if not self.poll_control():
+                    return
+                now = time.monotonic()
+                if now >= due and not self.paused:
+                    break
+                time.sleep(min(0.05, max(0.0, due - now)) if not self.paused else 0.05)
+            line = record(seq, time.monotonic() - t0)
+            if not self.write_all(fd, line):
+                return
+            self.ev.emit("record", seq=seq, line=line.decode().strip())
+            seq += 1
+        self.ev.emit("done", mode="records", count=seq)
+
+    def run_echo(self, fd: int) -> None:
+        total = 0
+        while not self.a.count or total < self.a.count:
+            if not self.poll_control():
+                return
+            if not self.wait_fds(fd, False):
+                continue
+            data = os.read(fd, 4096)
+            if not data:
+                self.ev.emit("eof", echoed=total)
+                return
+            if not self.write_all(fd, data):
+                return
+            total += len(data)
+        self.ev.emit("done", mode="echo", bytes=total)
+
+    def run_bulk(self, fd: int) -> None:
+        n = self.a.bytes
+        t0 = time.monotonic()
+        sent = 0
+        chunk = 4096
+        while sent < n:
+            if not self.poll_control():
+                return
+            if self.paused or not self.wait_fds(fd, True):
+                continue
+            k = os.write(fd, pattern(min(chunk, n - sent), sent))
+            sent += k
+        termios.tcdrain(fd)
+        dt = time.monotonic() - t0
+        self.ev.emit("done", mode="bulk", bytes=sent, seconds=round(dt, 6),
+                     bytes_per_s=round(sent / dt if dt else 0))
+
+    def run_sink(self, fd: int) -> None:
+        n = self.a.bytes
+        got = 0
+        t0 = None
+        bad = 0
+        while got < n:
+            if not self.poll_control():
+                return
+            if not self.wait_fds(fd, False):
+                continue
+            data = os.read(fd, 65536)
+            if not data:
+                self.ev.emit("eof", received=got)
+                return
+            if t0 is None:
+                t0 = time.monotonic()
+            if data != pattern(len(data), got):
+                bad += 1
+            got += len(data)
+        dt = time.monotonic() - (t0 or time.monotonic())
+        self.ev.emit("done", mode="sink", bytes=got, pattern_errors=bad, seconds=round(dt, 6),
+                     bytes_per_s=round(got / dt if dt else 0))
+
+    def run(self) -> int:
+        fd = self.open()
+        _peerlib.mark_ready(self.a.ready_file)
+        try:
+            getattr(self, f"run_{self.a.mode}")(fd)
+        except OSError as exc:
+            # Unplugged: the gadget side reports EIO / hang-up.
+            self.ev.emit("error", error=exc.strerror, errno=exc.errno)
+            return 1
+        finally:
+            os.close(fd)
+        return 0
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", required=True, help="tty to act on, e.g. /dev/ttyGS0")
+    p.add_argument("--mode", choices=["records", "echo", "bulk", "sink"], default="records")
+    p.add_argument("--rate", type=float, default=10.0, help="records per second (records mode)")
+    p.add_argument("--count", type=int, default=0, help="records (records) or bytes (echo); 0 = forever")
+    p.add_argument("--bytes", type=int, default=1 << 20, help="bytes to send/receive (bulk, sink)")
+    _peerlib.add_common_args(p)
+    args = p.parse_args()
+    sys.exit(Accessory(args, _peerlib.Events(args.events)).run())
+
+
+if __name__ == "__main__":
+    main()
