@@ -38,6 +38,9 @@ actor DaemonCore {
     var appConnections: [String: Int] = [:]
     var processes: [String: AppProcess] = [:]
     var engineTimer: (id: TimerID, deadline: UInt64)?
+    let stateStore: StateStore
+    /// A pending write of the state file; changes within it are written together.
+    var saveTimer: TimerID?
 
     struct AppProcess {
         var pid: Int32
@@ -55,6 +58,7 @@ actor DaemonCore {
         self.logger = logger
         self.decisions = DecisionHistory(capacity: config.decisionLogSize, logger: logger)
         self.suspender = Self.makeSuspender(config: config, logger: logger)
+        self.stateStore = StateStore(directory: config.stateDirectory)
     }
 
     /// Picks the cgroup freezer where it works, and says why not where it doesn't.
@@ -98,6 +102,11 @@ actor DaemonCore {
         }
         if demo { builtInManifests = DemoDriver.manifests() }
         reloadManifests()
+        do {
+            engine.restore(try stateStore.load())
+        } catch {
+            logger.error("cannot read \(stateStore.path), starting with empty event queues: \(error)")
+        }
         adoptSurvivors()
         let listener = try UnixListener.bind(path: socketPath, permissions: 0o666)
         self.listener = listener
@@ -129,6 +138,8 @@ actor DaemonCore {
         }
         processes = [:]
         if let engineTimer { loop.cancelTimer(engineTimer.id) }
+        if let saveTimer { loop.cancelTimer(saveTimer) }
+        saveState()
         logger.notice("stopped")
     }
 
@@ -155,10 +166,33 @@ actor DaemonCore {
 
     var now: UInt64 { MonotonicInstant.now().nanoseconds }
 
-    /// Runs `body` against the engine, then re-arms the single engine timer.
+    /// Runs `body` against the engine, then re-arms the single engine timer and
+    /// schedules a write of the state file.
     func withEngine<T>(_ body: (LifecycleEngine, UInt64) throws(ProtocolError) -> T) throws(ProtocolError) -> T {
-        defer { rearmEngineTimer() }
+        defer {
+            rearmEngineTimer()
+            scheduleSave()
+        }
         return try body(engine, now)
+    }
+
+    /// Coalesces state-file writes: at most one per half second while busy, none while idle.
+    func scheduleSave() {
+        guard saveTimer == nil else { return }
+        saveTimer = loop.schedule(after: .milliseconds(500)) { [unowned self] in
+            self.assumeIsolated { core in
+                core.saveTimer = nil
+                core.saveState()
+            }
+        }
+    }
+
+    func saveState() {
+        do {
+            try stateStore.save(engine.savedState())
+        } catch {
+            logger.error("cannot write \(stateStore.path): \(error)")
+        }
     }
 
     /// One timer for the engine's earliest deadline; none when nothing is due,

@@ -127,7 +127,9 @@ public final class EventLoop: Sendable {
     // MARK: Work
 
     /// Runs `work` on the loop thread, after work submitted before it.
+    /// Work submitted once `stop()` was called is dropped.
     public func execute(_ work: @escaping @Sendable () -> Void) {
+        guard !stopRequested.load(ordering: .acquiring) else { return }
         let mustWake = queue.withLock { queue in
             queue.work.append(work)
             defer { queue.wakeupPending = true }

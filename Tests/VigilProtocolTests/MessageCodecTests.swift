@@ -10,12 +10,14 @@ struct MessageCodecTests {
     }
 
     private func expectRoundTrip<M: Message & Equatable>(_ message: M) throws {
-        let frame = MessageCodec.frame(message, id: 5, body: [0, 1, 255])
+        // An error carries its own `id` (the request it answers): the frame's must be that one.
+        let id = if let error = message as? ProtocolError { error.id } else { 5 }
+        let frame = MessageCodec.frame(message, id: id, body: [0, 1, 255])
         var decoder = FrameDecoder()
         decoder.append(frame.encoded())
         let incoming = try IncomingMessage(frame: try #require(try decoder.next()))
         #expect(incoming.type == M.type)
-        #expect(incoming.id == 5)
+        #expect(incoming.id == id)
         #expect(incoming.body == [0, 1, 255])
         #expect(try incoming.decode(M.self) == message)
     }

@@ -1,7 +1,7 @@
 import VigilProtocol
 
 /// An event waiting for, or delivered to and not yet acknowledged by, an app.
-public struct QueuedEvent: Sendable, Equatable {
+public struct QueuedEvent: Sendable, Equatable, Codable {
     public var seq: UInt64
     public var kind: String
     public var attributes: [String: JSONValue]
@@ -39,6 +39,23 @@ public struct EventQueue: Sendable {
     public init(limit: Int, nextSeq: UInt64 = 1) {
         self.limit = limit
         self.nextSeq = nextSeq
+    }
+
+    /// A queue saved by an earlier daemon. Nothing counts as sent to a connection
+    /// yet; events sent before keep `everSent`, so they go out as redelivered.
+    public init(limit: Int, restoring saved: SavedQueue) {
+        self.limit = limit
+        events = saved.events
+        nextSeq = max(saved.nextSeq, (saved.events.last?.seq ?? 0) + 1)
+        totalDropped = saved.totalDropped
+        unreportedDrops = saved.unreportedDrops
+        firstDroppedKind = saved.firstDroppedKind
+    }
+
+    public var saved: SavedQueue {
+        SavedQueue(
+            events: events, nextSeq: nextSeq, totalDropped: totalDropped, unreportedDrops: unreportedDrops,
+            firstDroppedKind: firstDroppedKind)
     }
 
     public var isFull: Bool { events.count >= limit }
@@ -101,4 +118,13 @@ public struct EventQueue: Sendable {
     public mutating func rewind() {
         sentCount = 0
     }
+}
+
+/// What of an event queue outlives the daemon process.
+public struct SavedQueue: Sendable, Codable, Equatable {
+    public var events: [QueuedEvent]
+    public var nextSeq: UInt64
+    public var totalDropped: Int
+    public var unreportedDrops: Int
+    public var firstDroppedKind: String?
 }
