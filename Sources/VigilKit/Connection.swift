@@ -165,8 +165,11 @@ extension Connection {
     /// Hands `frame` to its waiter or to `onEvent`.
     private func route(_ frame: Frame) throws(ProtocolError) {
         let message = try IncomingMessage(frame: frame)
-        let greeting = exchange.withLock { exchange in
-            exchange.isGreeted ? nil : (exchange.isGreeted = true, exchange.greeting.take()).1
+        let greeting = exchange.withLock { exchange -> CheckedContinuation<Welcome, any Error>? in
+            // The first frame answers hello; nothing else comes before it.
+            guard !exchange.isGreeted else { return nil }
+            exchange.isGreeted = true
+            return exchange.greeting.take()
         }
         if let greeting {
             if message.type == Welcome.type {

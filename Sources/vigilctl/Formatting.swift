@@ -4,6 +4,7 @@ import Foundation
 func formatSeconds(_ seconds: Double) -> String {
     guard seconds.isFinite else { return "∞" }
     switch seconds {
+    case 0: return "0s"
     case ..<1: return "\(Int((seconds * 1000).rounded()))ms"
     case ..<60: return String(format: "%.1fs", seconds)
     case ..<3600: return String(format: "%dm%02ds", Int(seconds) / 60, Int(seconds) % 60)

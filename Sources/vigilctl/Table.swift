@@ -1,5 +1,5 @@
-/// A plain-text table with columns padded to their widest cell; the last
-/// column is left ragged so long reasons do not pad every line.
+/// A plain-text table with columns padded to their widest cell; lines carry
+/// no trailing blanks, so long reasons in the last column pad nothing.
 struct Table {
     var headers: [String]
     var rows: [[String]] = []
@@ -10,9 +10,10 @@ struct Table {
         }
         return ([headers] + rows).map { cells in
             cells.indices.map { column in
-                column == cells.count - 1 ? cells[column] : cells[column].padding(to: widths[column])
+                cells[column].padding(to: widths[column])
             }
             .joined(separator: "  ")
+            .trimmingTrailingSpaces()
         }
         .joined(separator: "\n")
     }
@@ -21,5 +22,9 @@ struct Table {
 extension String {
     func padding(to width: Int) -> String {
         count >= width ? self : self + String(repeating: " ", count: width - count)
+    }
+
+    func trimmingTrailingSpaces() -> String {
+        String(self[..<(lastIndex { $0 != " " }.map(index(after:)) ?? startIndex)])
     }
 }

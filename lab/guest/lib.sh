@@ -119,19 +119,37 @@ lab_udev_up() {
 
 # ---------------------------------------------------------- Bluetooth ----
 lab_adapter_address() {  # lab_adapter_address hci0
-  busctl --system get-property org.bluez "/org/bluez/$1" org.bluez.Adapter1 Address
+  busctl --system --auto-start=no get-property org.bluez "/org/bluez/$1" org.bluez.Adapter1 Address
 }
 lab_adapter_powered() {
-  [[ "$(busctl --system get-property org.bluez "/org/bluez/$1" org.bluez.Adapter1 Powered 2>/dev/null)" == "b true" ]]
+  [[ "$(busctl --system --auto-start=no get-property org.bluez "/org/bluez/$1" org.bluez.Adapter1 Powered 2>/dev/null)" == "b true" ]]
+}
+
+# Both controllers finished their init (the kernel lists an index in mgmt
+# only after setup succeeded).
+lab_bt_indexes_ready() {
+  local out; out="$(btmgmt info </dev/null 2>/dev/null)" || return 1
+  grep -q '^hci0:' <<<"$out" && grep -q '^hci1:' <<<"$out"
 }
 
 lab_bt_controllers() {  # btvirt: hci0 + hci1 on one emulated LE link
-  [[ -e /sys/class/bluetooth/hci0 && -e /sys/class/bluetooth/hci1 ]] && return 0
+  lab_daemon_alive btvirt && lab_bt_indexes_ready && return 0
   modprobe hci_vhci || { lab_fail "modprobe hci_vhci failed"; return 1; }
   lab_wait_for 10 "/dev/vhci" test -c /dev/vhci || return 1
-  lab_daemon btvirt btvirt -L -l2 || return 1
-  lab_wait_for "$LAB_TIMEOUT" "hci0 and hci1 from btvirt" \
-    test -e /sys/class/bluetooth/hci0 -a -e /sys/class/bluetooth/hci1
+  # Under TCG on a loaded host btvirt can miss the kernel's 2 s HCI command
+  # timeout while the controller is set up ("Opcode 0x0c03 failed: -110");
+  # the index then never appears.  Start over in that case.
+  local attempt
+  for attempt in 1 2 3; do
+    lab_daemon btvirt btvirt -L -l2 || return 1
+    if lab_wait_for "$LAB_TIMEOUT" "hci0 and hci1 from btvirt to finish their setup (btmgmt info)"          lab_bt_indexes_ready; then
+      return 0
+    fi
+    lab_log "btvirt controllers not ready (attempt $attempt): $(dmesg | grep -i 'hci[01]' | tail -n 2 | tr '\n' ' ')"
+    lab_daemon_stop btvirt
+    lab_wait_for 10 "hci0/hci1 to go away" lab_not test -e /sys/class/bluetooth/hci0 || return 1
+  done
+  lab_fail "btvirt controllers failed to initialise 3 times"
 }
 
 lab_bluetoothd_up() {
@@ -139,7 +157,8 @@ lab_bluetoothd_up() {
   cat > "$LAB_RUN/bluetooth-main.conf" <<'CONF'
 [General]
 Name = vigil-lab
-# Keep the cache fresh between tests in one boot.
+[GATT]
+# Discover services afresh on every connection (tests reuse addresses).
 Cache = no
 [Policy]
 # Do not power controllers on by ourselves: hci1 is left to Bumble peers.
@@ -155,8 +174,14 @@ CONF
 
 lab_bt_power() {  # lab_bt_power hci0 on|off
   local v=true; [[ "$2" == off ]] && v=false
-  busctl --system set-property org.bluez "/org/bluez/$1" org.bluez.Adapter1 Powered b "$v" ||
-    { lab_fail "cannot set $1 Powered=$v"; return 1; }
+  # Powering on runs the controller init again: retry on a timeout.
+  local i
+  for i in 1 2 3; do
+    busctl --system --auto-start=no --timeout=30 set-property org.bluez "/org/bluez/$1" \
+      org.bluez.Adapter1 Powered b "$v" && break
+    ((i == 3)) && { lab_fail "cannot set $1 Powered=$v"; return 1; }
+    lab_log "setting $1 Powered=$v failed (attempt $i), retrying"
+  done
   if [[ "$v" == true ]]; then
     lab_wait_for "$LAB_TIMEOUT" "$1 Powered=true" lab_adapter_powered "$1"
   else
