@@ -1,12 +1,12 @@
-import Synchronization
 import VigilProtocol
+import VigilSystem
 
 /// The app's local view of its lifecycle, kept current on the connection's
 /// reader thread: state and deadline change before the event that announces
 /// them is yielded, and expiration handlers run as soon as the warning arrives.
 final class ApplicationInbox: Sendable {
     private let continuation: AsyncStream<ApplicationEvent>.Continuation
-    private let local = Mutex(Local())
+    private let local = Locked(Local())
 
     private struct Local {
         var state: AppState = .notRunning

@@ -1,16 +1,5 @@
-import Foundation
-import Synchronization
 import VigilProtocol
-
-/// What a connection hands to its owner, in the order the daemon sent it.
-enum ConnectionEvent: Sendable {
-    /// The handshake succeeded; delivered before any later message.
-    case welcome(Welcome)
-    /// A frame that answers no pending request: events, lifecycle, notices.
-    case message(IncomingMessage)
-    /// The connection is gone, for this reason; nothing follows.
-    case closed(ProtocolError)
-}
+import VigilSystem
 
 /// One connection to vigild, shared by the app and control roles.
 ///
@@ -19,17 +8,18 @@ enum ConnectionEvent: Sendable {
 /// continuation of their request (matched by `id`); everything else goes to
 /// `onEvent` on the reader thread, in wire order, which lets the owner update
 /// its state before anyone sees the next message. Writes are serialised by a
-/// mutex so frames never interleave.
+/// lock so frames never interleave. (`Locked`, a pthread mutex, rather than
+/// `Synchronization.Mutex`, so ThreadSanitizer sees the synchronisation.)
 final class Connection: Sendable {
     let path: String
-    private let socket: UnixSocket
-    private let onEvent: @Sendable (ConnectionEvent) -> Void
-    private let exchange = Mutex(Exchange())
+    let socket: UnixSocket
+    let onEvent: @Sendable (ConnectionEvent) -> Void
+    let exchange = Locked(Exchange())
     /// Whether the descriptor is still open; guards every use of it but `read`.
-    private let isOpen = Mutex(true)
+    let isOpen = Locked(true)
 
     /// Requests awaiting their answer.
-    private struct Exchange {
+    struct Exchange {
         var greeting: CheckedContinuation<Welcome, any Error>?
         var isGreeted = false
         var nextID = 1
@@ -62,6 +52,7 @@ final class Connection: Sendable {
 
     /// Ends the connection; pending requests fail with `disconnected`.
     func close() {
+        exchange.withLock { $0.closeReason = $0.closeReason ?? ProtocolError(.disconnected, "the connection to vigild at \(path) was closed") }
         isOpen.withLock { if $0 { socket.shutdown() } }
     }
 
@@ -128,84 +119,5 @@ final class Connection: Sendable {
             guard isOpen else { throw ProtocolError(.disconnected, "the connection to vigild at \(path) is closed") }
             try socket.write(bytes)
         }
-    }
-}
-
-// MARK: - Reading
-
-extension Connection {
-    private func startReading() {
-        let thread = Thread { [self] in readUntilClosed() }
-        thread.name = "vigil-connection"
-        thread.start()
-    }
-
-    private func readUntilClosed() {
-        var decoder = FrameDecoder()
-        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
-        var reason = ProtocolError(.disconnected, "vigild closed the connection")
-        reading: while true {
-            let count = socket.read(into: &buffer)
-            if count < 0 { reason = ProtocolError(.disconnected, "cannot read from vigild: \(String(cString: strerror(errno)))") }
-            if count <= 0 { break }
-            decoder.append(buffer[0..<count])
-            do {
-                while let frame = try decoder.next() { try route(frame) }
-            } catch let error as FrameError {
-                reason = ProtocolError(error == .emptyHeader ? .malformedFrame : .frameTooLarge, "from vigild: \(error)")
-                break reading
-            } catch {
-                reason = error as? ProtocolError ?? ProtocolError(.malformedFrame, "from vigild: \(error)")
-                break reading
-            }
-        }
-        finish(reason)
-    }
-
-    /// Hands `frame` to its waiter or to `onEvent`.
-    private func route(_ frame: Frame) throws(ProtocolError) {
-        let message = try IncomingMessage(frame: frame)
-        let greeting = exchange.withLock { exchange -> CheckedContinuation<Welcome, any Error>? in
-            // The first frame answers hello; nothing else comes before it.
-            guard !exchange.isGreeted else { return nil }
-            exchange.isGreeted = true
-            return exchange.greeting.take()
-        }
-        if let greeting {
-            if message.type == Welcome.type {
-                let welcome = try message.decode(Welcome.self)
-                onEvent(.welcome(welcome))
-                greeting.resume(returning: welcome)
-            } else {
-                greeting.resume(throwing: (try? message.decode(ProtocolError.self))
-                    ?? ProtocolError(.handshakeRequired, "vigild answered hello with '\(message.type)'"))
-            }
-            return
-        }
-        if let id = message.id, message.type == "reply" || message.type == ProtocolError.type,
-           let waiter = exchange.withLock({ $0.pending.removeValue(forKey: id) }) {
-            return waiter.resume(returning: message)
-        }
-        if message.type == ProtocolError.type, let error = try? message.decode(ProtocolError.self), error.closesConnection {
-            // The daemon closes next: pending requests fail with its reason, not a bare "disconnected".
-            exchange.withLock { $0.closeReason = $0.closeReason ?? error }
-        }
-        onEvent(.message(message))
-    }
-
-    private func finish(_ reason: ProtocolError) {
-        let (waiters, greeting, finalReason) = exchange.withLock { exchange in
-            let finalReason = exchange.closeReason ?? reason
-            exchange.closeReason = finalReason
-            defer { exchange.pending.removeAll() }
-            return (Array(exchange.pending.values), exchange.greeting.take(), finalReason)
-        }
-        isOpen.withLock { isOpen in
-            if isOpen { socket.close() }
-            isOpen = false
-        }
-        greeting?.resume(throwing: finalReason)
-        for waiter in waiters { waiter.resume(throwing: finalReason) }
-        onEvent(.closed(finalReason))
     }
 }

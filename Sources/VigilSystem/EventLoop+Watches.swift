@@ -8,8 +8,9 @@ extension EventLoop {
     /// `events` (level-triggered: until the condition is consumed).
     /// `.error` and `.hangup` are reported even when not asked for.
     ///
-    /// Call `removeWatch` before closing `fd`: epoll keeps a registration for
-    /// as long as any duplicate of the descriptor lives.
+    /// One watch per fd (epoll refuses a second with EEXIST): change the
+    /// events with `updateWatch`. Call `removeWatch` before closing `fd`:
+    /// epoll keeps a registration for as long as any duplicate of it lives.
     public func watch(
         _ fd: Int32,
         for events: IOEvents,
@@ -23,7 +24,8 @@ extension EventLoop {
         }
     }
 
-    /// Changes the events a watch waits for (empty: pause it, keep it registered).
+    /// Changes the events a watch waits for (empty: pause it, keep it
+    /// registered). Unknown ids are ignored.
     public func updateWatch(_ id: WatchID, for events: IOEvents) throws {
         try registry.withLock { registry throws(SystemError) in
             guard let watch = registry.watches[id.rawValue] else { return }

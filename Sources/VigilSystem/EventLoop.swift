@@ -10,7 +10,8 @@ import Synchronization
 /// wakes the thread through an eventfd only when its queue was empty.
 ///
 /// Every method is thread-safe. Handlers always run on the loop thread.
-/// The loop runs once: after `stop()` it cannot be started again.
+/// The running thread keeps the loop alive until `stop()`; a stopped loop
+/// cannot be started again.
 public final class EventLoop: Sendable {
     public let name: String
 
@@ -20,14 +21,14 @@ public final class EventLoop: Sendable {
 
     /// Watches and timers. Handlers are looked up here for every event, so
     /// whatever was removed under this lock is never called again.
-    let registry = Mutex(Registry())
-    private let queue = Mutex(WorkQueue())
-    private let thread = Mutex(ThreadState.notStarted)
+    let registry = Locked(Registry())
+    private let queue = Locked(WorkQueue())
+    private let thread = Locked(ThreadState.notStarted)
     private let stopRequested = Atomic(false)
     private let loopThread = Atomic<UInt>(0)
     private let loopThreadID = Atomic<Int32>(0)
 
-    struct Registry: ~Copyable {
+    struct Registry: Sendable {
         var lastID: UInt64 = Token.firstUserID - 1
         var watches: [UInt64: Watch] = [:]
         var timers = TimerQueue()
@@ -40,17 +41,17 @@ public final class EventLoop: Sendable {
         }
     }
 
-    struct Watch {
+    struct Watch: Sendable {
         var fd: Int32
         var handler: @Sendable (IOEvents) -> Void
     }
 
-    private struct WorkQueue: ~Copyable {
+    private struct WorkQueue: Sendable {
         var work: [@Sendable () -> Void] = []
         var wakeupPending = false
     }
 
-    private enum ThreadState {
+    private enum ThreadState: Sendable {
         case notStarted, running(pthread_t), joined
     }
 
@@ -171,5 +172,7 @@ public final class EventLoop: Sendable {
         // Handlers often capture the loop; dropping them here breaks those cycles.
         registry.withLock { $0.watches = [:]; $0.timers = TimerQueue() }
         queue.withLock { $0.work = [] }
+        // glibc reuses pthread_t values: a later thread must not pass for this one.
+        loopThread.store(0, ordering: .releasing)
     }
 }

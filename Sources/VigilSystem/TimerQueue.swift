@@ -1,7 +1,7 @@
 /// The event loop's pending timers: a binary min-heap of deadlines with lazy
 /// cancellation, so cancel is O(1) and never has to search the heap.
-struct TimerQueue {
-    private struct Entry {
+struct TimerQueue: Sendable {
+    private struct Entry: Sendable {
         var deadline: MonotonicInstant
         var id: UInt64
 

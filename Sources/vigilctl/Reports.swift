@@ -63,7 +63,7 @@ struct StatusReport {
             ["suspension", "\(mechanism): \(status.suspensionDetail)"],
             ["cgroup root", status.cgroupRoot ?? "-"],
             ["apps", String(status.apps)],
-            ["timings", status.timings.sorted { $0.key < $1.key }.map { "\($0.key) \(formatSeconds($0.value))" }
+            ["timings", status.timings.sorted { $0.key < $1.key }.map { "\($0.key) \(timing($0.key, $0.value))" }
                 .joined(separator: ", ")],
         ]
         var text = table.text
@@ -71,6 +71,11 @@ struct StatusReport {
             text += "\nmanifest problems:\n" + status.manifestProblems.map { "  \($0)" }.joined(separator: "\n")
         }
         return text
+    }
+
+    /// Timings are seconds, except counts such as `relaunch-limit`.
+    private func timing(_ name: String, _ value: Double) -> String {
+        name.hasSuffix("-limit") && !name.contains("time") ? String(Int(value)) : formatSeconds(value)
     }
 
     private var mechanism: String {

@@ -26,11 +26,23 @@ struct EngineEventTests {
     @Test func ackNeverRemovesWhatWasNotSent() throws {
         let h = Harness()
         try h.active(id)
+        try h.engine.moveToBackground(id, now: h.now)
         try h.deliver("a")
-        h.engine.disconnected(id)
-        try h.deliver("b")  // kept for the next connection
+        try h.deliver("accessory.data", mode: .externalAccessory)  // held for the foreground
+        try h.deliver("b")  // behind it, in seq order
+        #expect(h.host.events(to: id).map(\.kind) == ["a"])
         h.engine.acknowledge(id, upTo: 99)
-        #expect(h.app(id).queue.events.map(\.kind) == ["b"])
+        #expect(h.app(id).queue.events.map(\.kind) == ["accessory.data", "b"])
+
+        // Nor what went to an earlier connection and has not been sent again.
+        h.engine.disconnected(id)
+        try h.engine.moveToForeground(id, now: h.now)
+        h.engine.acknowledge(id, upTo: 99)
+        #expect(h.app(id).queue.events.count == 2)
+        _ = h.engine.connected(id, now: h.now)
+        #expect(h.host.events(to: id).map(\.kind) == ["a", "accessory.data", "b"])
+        h.engine.acknowledge(id, upTo: 99)
+        #expect(h.app(id).queue.events.isEmpty)
     }
 
     @Test func eventsWaitForAConnection() throws {
@@ -56,6 +68,16 @@ struct EngineEventTests {
         let events = h.host.events(to: id)
         #expect(events.map(\.seq) == [2, 3])
         #expect(events.map(\.redelivered) == [true, false])
+    }
+
+    @Test func aNewConnectionRedeliversEvenBeforeTheOldOneIsSeenClosing() throws {
+        let h = Harness()
+        try h.active(id)
+        try h.deliver("a")
+        h.host.clear()
+        _ = h.engine.connected(id, now: h.now)
+        #expect(h.host.events(to: id).map(\.seq) == [1])
+        #expect(h.host.events(to: id).map(\.redelivered) == [true])
     }
 
     @Test func crashRelaunchesIntoTheBackgroundAndRedelivers() throws {

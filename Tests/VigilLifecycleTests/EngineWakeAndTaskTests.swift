@@ -179,6 +179,15 @@ struct EngineWakeAndTaskTests {
         #expect(h.state(id) == .suspended)
     }
 
+    @Test func endingTheLastTaskExactlyAtTheWindowEndSuspends() throws {
+        let h = Harness()
+        let t1 = try woken(h)
+        let task = h.engine.beginBackgroundTask(id, name: "edge", now: h.now)
+        h.tick(nanos: t1 + 10 * second - h.now)  // the timer has not fired yet
+        try h.engine.endBackgroundTask(id, task: task, now: h.now)
+        #expect(h.state(id) == .suspended)
+    }
+
     @Test func taskBegunInTheForegroundHoldsTheAppAfterTheGrace() throws {
         let h = Harness()
         try h.active(id)

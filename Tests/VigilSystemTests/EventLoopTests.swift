@@ -1,5 +1,4 @@
 import Glibc
-import Synchronization
 import Testing
 import VigilSystem
 
@@ -22,7 +21,7 @@ import VigilSystem
         try await withRunningLoop { loop in
             let (reader, writer) = try UnixStream.pair()
             let seen = Recorder<IOEvents>()
-            let ownID = Mutex<WatchID?>(nil)
+            let ownID = Locked<WatchID?>(nil)
             let id = try loop.watch(reader.fd, for: .hangup) { events in
                 seen.append(events)
                 // Hang-up stays reported (level-triggered) until the watch goes.
@@ -44,7 +43,7 @@ import VigilSystem
             try first.1.writeAll([1])
             try second.1.writeAll([1])
             let calls = Recorder<Int>()
-            let ids = Mutex<[WatchID]>([])
+            let ids = Locked<[WatchID]>([])
             loop.execute {
                 for (index, fd) in [first.0.fd, second.0.fd].enumerated() {
                     // Never reads: only removal stops this level-triggered watch.
@@ -97,7 +96,7 @@ import VigilSystem
             loop.cancelTimer(cancelled)
             // Two timers due in one batch: the first cancels the second.
             let deadline = MonotonicInstant.now().advanced(by: .milliseconds(30))
-            let victim = Mutex<TimerID?>(nil)
+            let victim = Locked<TimerID?>(nil)
             loop.schedule(at: deadline) {
                 fired.append("first")
                 if let id = victim.withLock({ $0 }) { loop.cancelTimer(id) }

@@ -1,11 +1,10 @@
 import Glibc
-import Synchronization
 import Testing
 import VigilSystem
 
 /// Values sent from loop handlers (any thread), for tests to await.
 final class Recorder<Value: Sendable>: Sendable {
-    private let values = Mutex<[Value]>([])
+    private let values = Locked<[Value]>([])
 
     func append(_ value: Value) {
         values.withLock { $0.append(value) }

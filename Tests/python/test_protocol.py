@@ -9,6 +9,8 @@ failed) when the vigild binary has not been built.
 
 Environment:
   VIGILD                  the daemon binary (default: .build/debug/vigild)
+  VIGIL_DEMO_APP          the Swift sample app (default: .build/debug/vigil-demo-app);
+                          its one test is skipped when it is not built
   VIGILD_ARGS             extra daemon arguments, split like a shell would
   VIGIL_TEST_CGROUP_ROOT  a cgroup folder for the daemon's apps (config key cgroup-root)
 """
@@ -17,7 +19,6 @@ import json
 import os
 import shlex
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -33,6 +34,7 @@ from vigil_client import (  # noqa: E402
 )
 
 VIGILD = os.environ.get("VIGILD") or os.path.join(REPO, ".build", "debug", "vigild")
+VIGIL_DEMO_APP = os.environ.get("VIGIL_DEMO_APP") or os.path.join(REPO, ".build", "debug", "vigil-demo-app")
 EXAMPLE_APP = os.path.join(REPO, "clients", "python", "example_app.py")
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
@@ -62,6 +64,7 @@ exits-on-suspend = false
 
 BINARY_APP = "org.example.py.binary"
 RELAUNCH_APP = "org.example.py.relaunch"
+DEMO_APP = "org.example.swift.demo"
 STARTUP_TIMEOUT = 15.0
 RECORD_TIMEOUT = 15.0
 
@@ -94,7 +97,13 @@ class Daemon:
         self.process = None
 
     def add_python_app(self, app_id, record_path):
-        command = [PYTHON, EXAMPLE_APP, "--record", record_path]
+        self.add_app(app_id, [PYTHON, EXAMPLE_APP, "--record", record_path])
+
+    def add_demo_app(self, app_id, record_path):
+        # env(1) execs in place: the demo is the process vigild launched, with its settings.
+        self.add_app(app_id, ["/usr/bin/env", f"VIGIL_DEMO_RECORD={record_path}", VIGIL_DEMO_APP])
+
+    def add_app(self, app_id, command):
         with open(os.path.join(self.apps_dir, app_id + ".toml"), "w") as manifest:
             manifest.write(APP_MANIFEST.format(id=toml_string(app_id), exec=json.dumps(command)))
 
@@ -159,13 +168,6 @@ def wait_for_record(path, predicate, timeout=RECORD_TIMEOUT):
     return None
 
 
-def raw_connection(path, timeout=5.0):
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
-    sock.connect(path)
-    return sock
-
-
 @unittest.skipUnless(os.access(VIGILD, os.X_OK), f"vigild is not built at {VIGILD} (set VIGILD, or run swift build)")
 class ProtocolTests(unittest.TestCase):
     @classmethod
@@ -175,6 +177,8 @@ class ProtocolTests(unittest.TestCase):
         cls.records = {app: os.path.join(cls.tmp.name, app + ".jsonl") for app in (BINARY_APP, RELAUNCH_APP)}
         for app, record in cls.records.items():
             cls.daemon.add_python_app(app, record)
+        cls.records[DEMO_APP] = os.path.join(cls.tmp.name, DEMO_APP + ".jsonl")
+        cls.daemon.add_demo_app(DEMO_APP, cls.records[DEMO_APP])
         cls.daemon.start()
 
     @classmethod
@@ -345,6 +349,21 @@ class ProtocolTests(unittest.TestCase):
             decisions = control.log(app=RELAUNCH_APP)
             self.assertTrue(decisions, "no decision logged")
             self.assertLessEqual({"time", "app", "action", "reason", "state"}, set(decisions[-1]))
+
+    @unittest.skipUnless(os.access(VIGIL_DEMO_APP, os.X_OK), f"vigil-demo-app is not built at {VIGIL_DEMO_APP}")
+    def test_swift_demo_app_is_woken_in_the_background(self):
+        record = self.records[DEMO_APP]
+        with self.control() as control:
+            sent = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+            accepted = control.wake(DEMO_APP, attributes={"sent": sent}, payload="héllo".encode())
+            self.assertEqual(accepted["disposition"], "launched", accepted)
+            event = wait_for_record(record, lambda r: r["kind"] == "event" and r["seq"] == accepted["seq"])
+            self.assertIsNotNone(event, "the demo app never got the event" + self.context())
+            self.assertEqual(event["payload"], "héllo")
+            self.assertGreater(event["latencyNs"], 0)
+            launch = next(r for r in read_records(record) if r["kind"] == "launch")
+            self.assertEqual((launch["reason"], launch["eventKind"], launch["state"]), ("event", "test", "background"))
+            self.assertIsNotNone(wait_for_record(record, lambda r: r["kind"] == "finished"), self.context())
 
     # -- helpers
 

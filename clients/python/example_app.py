@@ -48,8 +48,9 @@ def main():
                 record(kind="event", seq=item.seq, eventKind=item.kind, attributes=item.attributes,
                        payloadHex=item.payload.hex(), redelivered=item.redelivered)
                 app.ack(item.seq)
-                app.finished_processing()
+                # Recorded first: with no task held the daemon freezes the app as soon as it replies.
                 record(kind="finished", seq=item.seq)
+                app.finished_processing()
     record(kind="disconnected")
     return 0
 

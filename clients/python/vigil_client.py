@@ -276,8 +276,7 @@ class Connection:
         """The next frame that answers no request, or None after `timeout`."""
         if self._unsolicited:
             return self._unsolicited.popleft()
-        message = self.receive(timeout)
-        return message
+        return self.receive(timeout)
 
     def _unsolicited_message(self, message):
         if message.type == "error" and message.id is None and message.get("code") in FATAL_CODES:
@@ -356,6 +355,7 @@ class AppClient(Connection):
     role = "app"
 
     def __init__(self, path=None, **options):
+        self.app_id = None
         self.state = None
         self.launch = None
         self.deadline = None

@@ -125,15 +125,14 @@ lab_adapter_powered() {
   [[ "$(busctl --system --auto-start=no get-property org.bluez "/org/bluez/$1" org.bluez.Adapter1 Powered 2>/dev/null)" == "b true" ]]
 }
 
-# Both controllers finished their init (the kernel lists an index in mgmt
-# only after setup succeeded).
-lab_bt_indexes_ready() {
-  local out; out="$(btmgmt info </dev/null 2>/dev/null)" || return 1
-  grep -q '^hci0:' <<<"$out" && grep -q '^hci1:' <<<"$out"
+# Both controllers finished their setup: the kernel lists an index in mgmt
+# only after that succeeded.
+lab_bt_indexes_ready() {  # [SECS]
+  /usr/bin/python3 "$LAB_REPO/lab/guest/mgmt_wait.py" --timeout "${1:-$LAB_TIMEOUT}" 0 1
 }
 
 lab_bt_controllers() {  # btvirt: hci0 + hci1 on one emulated LE link
-  lab_daemon_alive btvirt && lab_bt_indexes_ready && return 0
+  lab_daemon_alive btvirt && lab_bt_indexes_ready 1 && return 0
   modprobe hci_vhci || { lab_fail "modprobe hci_vhci failed"; return 1; }
   lab_wait_for 10 "/dev/vhci" test -c /dev/vhci || return 1
   # Under TCG on a loaded host btvirt can miss the kernel's 2 s HCI command
@@ -142,9 +141,7 @@ lab_bt_controllers() {  # btvirt: hci0 + hci1 on one emulated LE link
   local attempt
   for attempt in 1 2 3; do
     lab_daemon btvirt btvirt -L -l2 || return 1
-    if lab_wait_for "$LAB_TIMEOUT" "hci0 and hci1 from btvirt to finish their setup (btmgmt info)"          lab_bt_indexes_ready; then
-      return 0
-    fi
+    lab_bt_indexes_ready && return 0
     lab_log "btvirt controllers not ready (attempt $attempt): $(dmesg | grep -i 'hci[01]' | tail -n 2 | tr '\n' ' ')"
     lab_daemon_stop btvirt
     lab_wait_for 10 "hci0/hci1 to go away" lab_not test -e /sys/class/bluetooth/hci0 || return 1

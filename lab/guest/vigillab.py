@@ -182,33 +182,41 @@ def write_all(fd: int, data: bytes, timeout: float = 30) -> None:
 class UdevMonitor:
     """`udevadm monitor --udev --property` in the background; collects events.
 
-    Each event is a dict of properties plus ACTION and DEVPATH.
+    Each event is a dict of its properties (ACTION, DEVPATH, DEVNAME, ID_*...).
+    Start it before the action whose events you want to see.
     """
 
     def __init__(self, subsystem: str | None = "tty") -> None:
-        cmd = ["udevadm", "monitor", "--udev", "--property"]
+        cmd = ["stdbuf", "-oL", "udevadm", "monitor", "--udev", "--property"]
         if subsystem:
             cmd.append(f"--subsystem-match={subsystem}")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True, bufsize=1)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.fd = self.proc.stdout.fileno()
+        os.set_blocking(self.fd, False)
         self.events: list[dict[str, str]] = []
+        self._buf = b""
         self._cur: dict[str, str] | None = None
-        # udevadm prints a header and then is listening; wait for the header.
-        wait_for(lambda: self._pump(0.1) or self._header, 10, "udevadm monitor to start")
-
-    _header = False
+        self._listening = False
+        # udevadm prints a header once it is listening.
+        wait_for(lambda: self._pump(0.1) or self._listening, 15, "udevadm monitor to start",
+                 interval=0)
 
     def _pump(self, timeout: float) -> None:
-        r, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        while r:
-            line = self.proc.stdout.readline()
-            if not line:
-                return
-            line = line.rstrip("\n")
-            if line.startswith("monitor will print"):
-                self._header = True
+        r, _, _ = select.select([self.fd], [], [], timeout)
+        if not r:
+            return
+        try:
+            data = os.read(self.fd, 65536)
+        except BlockingIOError:
+            return
+        self._buf += data
+        while b"\n" in self._buf:
+            raw, self._buf = self._buf.split(b"\n", 1)
+            line = raw.decode(errors="replace")
+            if line.startswith("monitor will print") or line.startswith("UDEV - "):
+                self._listening = True
             elif line.startswith("UDEV"):
-                self._header = True
+                self._listening = True
                 self._cur = {}
             elif line == "":
                 if self._cur:
@@ -217,7 +225,6 @@ class UdevMonitor:
             elif self._cur is not None and "=" in line:
                 k, v = line.split("=", 1)
                 self._cur[k] = v
-            r, _, _ = select.select([self.proc.stdout], [], [], 0)
 
     def wait(self, action: str, timeout: float = 30, **props: str) -> dict[str, str]:
         """Wait for an event with ACTION=action and the given properties."""
@@ -228,7 +235,11 @@ class UdevMonitor:
                     return ev
             return None
         desc = " ".join(f"{k}={v}" for k, v in props.items())
-        return wait_for(match, timeout, f"udev '{action}' event {desc}", interval=0)
+        try:
+            return wait_for(match, timeout, f"udev '{action}' event {desc}", interval=0)
+        except LabError as exc:
+            seen = [(e.get("ACTION"), e.get("DEVNAME")) for e in self.events]
+            raise LabError(f"{exc}; events seen: {seen}") from None
 
     def close(self) -> None:
         self.proc.terminate()

@@ -35,8 +35,9 @@ struct DemoHandler {
         }
 
         guard !configuration.noFinish else { return }
-        await app.finishedProcessing()
+        // Recorded first: with no task held the daemon freezes the app as soon as it replies.
         recorder.record(Record(kind: "finished"), "finished processing")
+        await app.finishedProcessing()
     }
 
     private func beginTaskIfAsked() async -> DemoTask? {

@@ -1,21 +1,16 @@
-import Synchronization
 import VigilKit
 
 /// A background task the demo holds, ended at most once whether by the work
 /// finishing or by its expiration handler.
-final class DemoTask: Sendable {
+actor DemoTask {
     let name: String
     private let app: Application
     private let recorder: Recorder
     private let endsOnExpiry: Bool
-    private let progress = Mutex(Progress())
-
-    private struct Progress {
-        var identifier: BackgroundTaskIdentifier?
-        var ended = false
-        /// The warning came before `beginBackgroundTask` returned the identifier.
-        var expiredEarly = false
-    }
+    private var identifier: BackgroundTaskIdentifier?
+    private var ended = false
+    /// The warning came before `beginBackgroundTask` returned the identifier.
+    private var expiredEarly = false
 
     private init(name: String, app: Application, recorder: Recorder, endsOnExpiry: Bool) {
         self.name = name
@@ -26,44 +21,40 @@ final class DemoTask: Sendable {
 
     static func begin(_ name: String, in app: Application, endsOnExpiry: Bool, recorder: Recorder) async -> DemoTask {
         let task = DemoTask(name: name, app: app, recorder: recorder, endsOnExpiry: endsOnExpiry)
-        let identifier = await app.beginBackgroundTask(name: name) { task.expire() }
-        let endNow = task.progress.withLock { progress in
-            progress.identifier = identifier
-            return progress.expiredEarly && endsOnExpiry
+        let identifier = await app.beginBackgroundTask(name: name) {
+            Task { await task.expire() }
         }
-        var record = Record(kind: "taskBegan")
-        record.task = identifier.rawValue
-        record.name = name
-        recorder.record(record, "began background task \(name) \(identifier)")
-        if endNow { await task.end() }
+        await task.began(identifier)
         return task
     }
 
     func end() async {
-        let identifier = progress.withLock { progress -> BackgroundTaskIdentifier? in
-            guard !progress.ended, let identifier = progress.identifier else { return nil }
-            progress.ended = true
-            return identifier
-        }
-        guard let identifier else { return }
+        guard !ended, let identifier else { return }
+        ended = true
+        // Recorded first: ending the last task may get the app frozen as soon as the daemon replies.
+        recorder.record(record("taskEnded"), "ending background task \(name) \(identifier)")
         await app.endBackgroundTask(identifier)
-        var record = Record(kind: "taskEnded")
-        record.task = identifier.rawValue
-        record.name = name
-        recorder.record(record, "ended background task \(name) \(identifier)")
+    }
+
+    private func began(_ identifier: BackgroundTaskIdentifier) async {
+        self.identifier = identifier
+        recorder.record(record("taskBegan"), "began background task \(name) \(identifier)")
+        if expiredEarly, endsOnExpiry { await end() }
     }
 
     /// The expiration handler: record the warning and, if configured, end the task.
-    private func expire() {
-        let identifier = progress.withLock { progress in
-            if progress.identifier == nil { progress.expiredEarly = true }
-            return progress.identifier
-        }
-        var record = Record(kind: "expiring")
+    private func expire() async {
+        var warning = record("expiring")
+        warning.remaining = app.backgroundTimeRemaining
+        recorder.record(warning, "background task \(name) expiring, \(warning.remaining!)s left")
+        guard identifier != nil else { return expiredEarly = true }
+        if endsOnExpiry { await end() }
+    }
+
+    private func record(_ kind: String) -> Record {
+        var record = Record(kind: kind)
         record.task = identifier?.rawValue
         record.name = name
-        record.remaining = app.backgroundTimeRemaining
-        recorder.record(record, "background task \(name) expiring, \(record.remaining!)s left")
-        if endsOnExpiry, identifier != nil { Task { await end() } }
+        return record
     }
 }

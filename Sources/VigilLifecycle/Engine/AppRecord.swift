@@ -24,6 +24,8 @@ public struct AppRecord: Sendable {
     var terminateAt: UInt64?
     /// Why the engine itself ended the current process, to tell a crash apart.
     var pendingExit: ExitCause?
+    /// Whether the current process was told `didFinishLaunching` (once per process).
+    var launchNotified = false
     var crashTimes: [UInt64] = []
     var nextTaskID = 1
 

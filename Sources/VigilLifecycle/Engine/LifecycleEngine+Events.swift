@@ -33,7 +33,18 @@ extension LifecycleEngine {
         }
         apps[id] = app
         let stored = app.queue.events.last!
-        return (seq, route(stored, to: id, now: now))
+        let disposition = route(stored, to: id, now: now)
+        if disposition == .delivered, apps[id]?.queue.unsent.contains(where: { $0.seq == seq }) == true {
+            return (seq, .queued)  // not connected yet, or waiting behind an earlier event
+        }
+        return (seq, disposition)
+    }
+
+    /// The first event not yet sent, if the app may not receive it in the
+    /// background: later events wait behind it, so waking the app is pointless.
+    private func blockingHead(of app: AppRecord) -> QueuedEvent? {
+        guard let head = app.queue.peekNextUnsent(), !app.manifest.mayBeWoken(for: head.wakeMode) else { return nil }
+        return head
     }
 
     /// Decides what an event does to the app's state.
@@ -44,7 +55,10 @@ extension LifecycleEngine {
             flush(id)
             return .delivered
         case .background:
-            guard app.mayReceive(event) else { return .queued }
+            guard app.mayReceive(event) else {
+                decide(id, .queue, "'\(event.kind)' queued: no \(event.wakeMode?.rawValue ?? "") background mode, delivered in the foreground")
+                return .queued
+            }
             if app.terminateAt == nil {
                 // A new event gives a fresh processing window, within the limit.
                 update(id) { $0.suspendAt = max($0.suspendAt ?? 0, min(now + nanoseconds(timings.wakeBudget), $0.limitAt ?? .max)) }
@@ -54,6 +68,10 @@ extension LifecycleEngine {
         case .suspended:
             guard app.manifest.mayBeWoken(for: event.wakeMode) else {
                 decide(id, .queue, "'\(event.kind)' queued: no \(event.wakeMode?.rawValue ?? "") background mode, delivered in the foreground")
+                return .queued
+            }
+            if let head = blockingHead(of: app) {
+                decide(id, .queue, "'\(event.kind)' queued behind seq \(head.seq) ('\(head.kind)'), which waits for the foreground")
                 return .queued
             }
             host.thaw(id)
@@ -93,13 +111,17 @@ extension LifecycleEngine {
             decide(app.id, .queue, "'\(event.kind)' queued: no \(event.wakeMode?.rawValue ?? "") background mode")
             return false
         }
+        if let head = blockingHead(of: app) {
+            decide(app.id, .queue, "'\(event.kind)' queued behind seq \(head.seq) ('\(head.kind)'), which waits for the foreground")
+            return false
+        }
         return true
     }
 
     /// After a crash: relaunches the app if it has events it may be woken for,
     /// unless it keeps crashing.
     func relaunchForPendingEvents(_ id: String, now: UInt64, reason: LaunchReason) {
-        guard let app = apps[id], let first = app.queue.events.first(where: { app.manifest.mayBeWoken(for: $0.wakeMode) }) else { return }
+        guard let app = apps[id], let first = app.queue.events.first, app.manifest.mayBeWoken(for: first.wakeMode) else { return }
         guard !app.forceQuit, !app.manifest.exitsOnSuspend else { return }
         if app.crashTimes.count > timings.relaunchLimit {
             decide(id, .refuse, "not relaunched: ended \(app.crashTimes.count) times within \(seconds(timings.relaunchWindow)); waiting for the next event or the user")

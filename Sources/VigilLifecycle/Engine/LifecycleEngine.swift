@@ -94,7 +94,11 @@ public final class LifecycleEngine {
         endBackgroundStretch(id, now: now)
         update(id) {
             $0.state = .inactive
-            $0.terminateAt = nil
+            if $0.terminateAt != nil {
+                // Back before its exit grace ran out: it no longer has to exit.
+                $0.terminateAt = nil
+                $0.pendingExit = nil
+            }
         }
         notify(id, .willEnterForeground)
         update(id) { $0.state = .active }
@@ -135,6 +139,10 @@ public final class LifecycleEngine {
         app.queue.rewind()
         apps[id] = app
         let welcome = (app.state, app.launch, app.state.isForeground ? nil : app.limitAt)
+        if !app.launchNotified {
+            update(id) { $0.launchNotified = true }
+            notify(id, .didFinishLaunching)
+        }
         if app.state == .inactive && app.launch?.reason == .user {
             update(id) { $0.state = .active }
             notify(id, .didBecomeActive)
@@ -163,6 +171,7 @@ public final class LifecycleEngine {
             $0.tasks = []
             $0.terminateAt = nil
             $0.pendingExit = nil
+            $0.launchNotified = false
             $0.queue.rewind()
         }
         switch cause {
@@ -224,6 +233,10 @@ public final class LifecycleEngine {
             $0.state = state
             $0.launches += 1
             $0.connected = false
+            // A new process: why the engine ended the previous one no longer applies
+            // (else a crash of this one would be taken for that requested exit).
+            $0.pendingExit = nil
+            $0.launchNotified = false
             $0.queue.rewind()
         }
         if state == .background {
