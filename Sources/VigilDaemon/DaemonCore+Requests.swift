@@ -88,7 +88,7 @@ extension DaemonCore {
         switch message.type {
         case Acknowledge.type:
             let ack: Acknowledge = try message.decode()
-            try withEngine { engine, _ in engine.acknowledge(app, upTo: ack.seq) }
+            try withEngine { engine, now in engine.acknowledge(app, upTo: ack.seq, now: now) }
         case BeginBackgroundTask.type:
             let request: BeginBackgroundTask = try message.decode()
             let task = try withEngine { engine, now in engine.beginBackgroundTask(app, name: request.name, now: now) }

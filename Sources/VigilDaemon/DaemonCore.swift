@@ -122,12 +122,10 @@ actor DaemonCore {
     /// Graceful stop: no app is left frozen; apps keep running and are adopted
     /// again by the next daemon.
     func shutdown() {
-        let now = MonotonicInstant.now().nanoseconds
         for (id, app) in engine?.apps ?? [:] where app.state == .suspended {
             thaw(id)
             logger.info("thawed \(id) for the daemon's stop", metadata: ["app": "\(id)"])
         }
-        _ = now
         if let listenerWatch { loop.removeWatch(listenerWatch) }
         listener?.close()
         listener = nil

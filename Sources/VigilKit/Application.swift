@@ -16,41 +16,63 @@ import VigilProtocol
 ///
 /// The daemon identifies the app by the cgroup it launched it into; a process
 /// it did not launch is refused with `unauthorized`.
+///
+/// ## Daemon restarts
+///
+/// A graceful stop of vigild leaves apps running, and the next daemon adopts
+/// them. When the connection drops while the process runs on, `Application`
+/// connects again in the background (after 50 ms, doubling up to 2 s between
+/// attempts, for as long as it takes) and carries on with the same `events`:
+/// `.connectionRestored` marks the seam, then every unacknowledged event comes
+/// again with `redelivered` set. Meanwhile:
+/// - requests pending at the drop fail with `disconnected`, and so do those made
+///   before the new handshake: `beginBackgroundTask` returns `.invalid`,
+///   `finishedProcessing()` does nothing, an `acknowledge` is lost (the event
+///   only comes again);
+/// - background tasks begun on the lost connection are gone with it (the new
+///   daemon never granted them, their expiration handlers are never called):
+///   `endBackgroundTask` on them does nothing;
+/// - `state` and `backgroundTimeRemaining` keep their last values until the new
+///   `welcome` replaces them, before `.connectionRestored` is yielded;
+///   `launchOptions` keeps saying why this process was started.
+/// If the new daemon refuses the process (`unauthorized`: it no longer belongs
+/// to this app, e.g. after a configuration change), `events` finishes.
 public final class Application: Sendable {
     /// The app id from its manifest, as the daemon identified it.
     public let id: String
     /// Why this process was started (by the user, or in the background by an event).
     public let launchOptions: LaunchOptions
-    /// Everything the daemon delivers, in order. Iterate it from one task only:
-    /// each item goes to a single consumer. It finishes when the connection drops.
+    /// Everything the daemon delivers, in order, across reconnections (see
+    /// "Daemon restarts"). Iterate it from one task only: each item goes to a
+    /// single consumer. It finishes on `disconnect()`, or when a reconnection is
+    /// refused (`unauthorized`, `unsupportedVersion`).
     public let events: AsyncStream<ApplicationEvent>
 
-    private let connection: Connection
-    private let inbox: ApplicationInbox
+    private let session: ApplicationSession
 
-    private init(welcome: Welcome, connection: Connection, inbox: ApplicationInbox, events: AsyncStream<ApplicationEvent>) {
+    private init(welcome: Welcome, session: ApplicationSession, events: AsyncStream<ApplicationEvent>) {
         self.id = welcome.app ?? ""
         self.launchOptions = welcome.launch ?? LaunchOptions(reason: .user)
-        self.connection = connection
-        self.inbox = inbox
+        self.session = session
         self.events = events
     }
 
-    deinit { connection.close() }
+    deinit { session.end() }
 
-    /// Connects to the daemon as an app; the socket is resolved by `DaemonSocket.path(explicit:)`.
+    /// Connects to the daemon as an app; the socket is resolved by
+    /// `DaemonSocket.path(explicit:)`. A failure of this first connection is
+    /// thrown (nothing is retried); later drops are reconnected.
     public static func connect(socketPath: String? = nil) async throws -> Application {
         let (events, continuation) = AsyncStream.makeStream(of: ApplicationEvent.self)
-        let inbox = ApplicationInbox(continuation: continuation)
-        let (connection, welcome) = try await Connection.establish(
-            path: DaemonSocket.path(explicit: socketPath),
-            hello: Hello(role: .app, client: "VigilKit/\(ProtocolVersion.current)"),
-            onEvent: inbox.receive
-        )
-        return Application(welcome: welcome, connection: connection, inbox: inbox, events: events)
+        let (session, welcome) = try await ApplicationSession.connect(
+            path: DaemonSocket.path(explicit: socketPath), continuation: continuation)
+        return Application(welcome: welcome, session: session, events: events)
     }
 
-    /// The current state; updated before the `.lifecycle` item announcing it is yielded.
+    private var inbox: ApplicationInbox { session.inbox }
+
+    /// The current state; updated before the `.lifecycle` item announcing it is
+    /// yielded, and from the daemon's `welcome` after a reconnection.
     public var state: AppState { inbox.state }
 
     /// Seconds of background time left: `.infinity` while unlimited (in the
@@ -66,7 +88,7 @@ public final class Application: Sendable {
     /// from its queue. Call it after handling, not on receipt; an ack lost to a
     /// dropped connection only means the event comes again.
     public func acknowledge(_ event: AppEvent) {
-        try? connection.send(Acknowledge(seq: event.seq))
+        try? session.send(Acknowledge(seq: event.seq))
     }
 
     /// Asks for time to finish work in the background. Until the task is ended
@@ -74,35 +96,34 @@ public final class Application: Sendable {
     /// it, `expirationHandler` is called and should end the task at once. A task
     /// still held at the limit gets the app terminated.
     ///
-    /// - Returns: the task, or `.invalid` when no background time can be granted.
+    /// - Returns: the task, or `.invalid` when no background time can be granted
+    ///   (or vigild is unreachable, as while reconnecting).
     public func beginBackgroundTask(
         name: String? = nil, expirationHandler: (@Sendable () -> Void)? = nil
     ) async -> BackgroundTaskIdentifier {
-        let request = BeginBackgroundTask(name: name ?? "unnamed")
-        guard let granted = try? await connection.request(request, expecting: BackgroundTaskGranted.self),
-              granted.task != BackgroundTaskIdentifier.invalid.rawValue
+        guard let task = try? await session.beginBackgroundTask(name: name ?? "unnamed"), task != .invalid
         else { return .invalid }
-        let task = BackgroundTaskIdentifier(rawValue: granted.task)
         if let expirationHandler { inbox.register(expirationHandler, for: task) }
         return task
     }
 
-    /// Balances `beginBackgroundTask`. Ending `.invalid` or an already ended task does nothing.
+    /// Balances `beginBackgroundTask`. Ending `.invalid`, an already ended task,
+    /// or a task begun before a reconnection (the daemon no longer knows it) does nothing.
     public func endBackgroundTask(_ task: BackgroundTaskIdentifier) async {
         guard task != .invalid else { return }
-        inbox.unregister(task)
-        _ = try? await connection.request(EndBackgroundTask(task: task.rawValue), expecting: Done.self)
+        try? await session.endBackgroundTask(task)
     }
 
     /// Tells the daemon the app has handled what woke it. With no task held it
     /// is suspended right away, which is what a well-behaved app does instead of
     /// running out its wake budget.
     public func finishedProcessing() async {
-        _ = try? await connection.request(FinishedProcessing(), expecting: Done.self)
+        _ = try? await session.request(FinishedProcessing(), expecting: Done.self)
     }
 
-    /// Closes the connection; `events` finishes.
+    /// Closes the connection for good: nothing reconnects, requests still waiting
+    /// fail with `disconnected`, and `events` finishes.
     public func disconnect() {
-        connection.close()
+        session.end()
     }
 }

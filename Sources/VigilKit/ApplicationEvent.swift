@@ -6,6 +6,12 @@ public enum ApplicationEvent: Sendable, Equatable {
     case lifecycle(LifecycleNotification)
     /// Something happened for the app: acknowledge it once it is fully handled.
     case event(AppEvent)
+    /// The connection to vigild dropped while the app kept running (typically
+    /// a daemon restart, which adopts running apps) and `Application` has
+    /// connected again. `state` and `backgroundTimeRemaining` already reflect the
+    /// new connection; background tasks begun before it are gone; every event
+    /// not acknowledged yet comes again (`redelivered`) right after this item.
+    case connectionRestored
 }
 
 /// An event from the daemon's per-app queue (a wake, accessory data, a BLE

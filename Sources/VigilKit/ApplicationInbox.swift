@@ -4,6 +4,9 @@ import VigilSystem
 /// The app's local view of its lifecycle, kept current on the connection's
 /// reader thread: state and deadline change before the event that announces
 /// them is yielded, and expiration handlers run as soon as the warning arrives.
+///
+/// It outlives connections: `ApplicationSession` feeds it the `welcome` and
+/// messages of whichever connection is current, and finishes it at the end.
 final class ApplicationInbox: Sendable {
     private let continuation: AsyncStream<ApplicationEvent>.Continuation
     private let local = Locked(Local())
@@ -12,6 +15,11 @@ final class ApplicationInbox: Sendable {
         var state: AppState = .notRunning
         /// Background-time deadline, CLOCK_MONOTONIC ns; nil while unlimited.
         var deadline: UInt64?
+        /// Which connection the messages come from (0 = the first); tasks are numbered per connection.
+        var generation = 0
+        /// `didFinishLaunching` was yielded: a daemon that adopts the running
+        /// app after a restart sends it again, and this process launched once.
+        var didFinishLaunching = false
         var expirationHandlers: [BackgroundTaskIdentifier: @Sendable () -> Void] = [:]
         /// Warnings that arrived before `beginBackgroundTask` could register the handler.
         var expiredEarly: Set<BackgroundTaskIdentifier> = []
@@ -26,6 +34,8 @@ final class ApplicationInbox: Sendable {
 
     func register(_ handler: @escaping @Sendable () -> Void, for task: BackgroundTaskIdentifier) {
         let expired = local.withLock { local in
+            // A task of a connection already replaced gets no warning any more.
+            guard task.generation == local.generation else { return false }
             if local.expiredEarly.remove(task) != nil { return true }
             local.expirationHandlers[task] = handler
             return false
@@ -40,36 +50,51 @@ final class ApplicationInbox: Sendable {
         }
     }
 
-    /// Called by the connection on its reader thread, in wire order.
-    func receive(_ event: ConnectionEvent) {
-        switch event {
-        case let .welcome(welcome):
-            local.withLock { local in
-                local.state = welcome.state ?? .background
-                local.deadline = welcome.deadline
-            }
-        case let .message(message):
-            // A message this client cannot decode is skipped: later versions add kinds.
-            try? receive(message)
-        case .closed:
-            continuation.finish()
+    /// A connection was greeted: called on its reader thread before any of its messages.
+    /// For a connection after the first, the tasks of the earlier ones are forgotten
+    /// and `.connectionRestored` is yielded.
+    func connected(_ welcome: Welcome, generation: Int) {
+        local.withLock { local in
+            local.state = welcome.state ?? .background
+            local.deadline = welcome.deadline
+            local.generation = generation
+            local.expirationHandlers = local.expirationHandlers.filter { $0.key.generation == generation }
+            local.expiredEarly = local.expiredEarly.filter { $0.generation == generation }
         }
+        if generation > 0 { continuation.yield(.connectionRestored) }
     }
 
-    private func receive(_ message: IncomingMessage) throws(ProtocolError) {
+    /// A message of the current connection, on its reader thread, in wire order.
+    func receive(_ message: IncomingMessage) {
+        // A message this client cannot decode is skipped: later versions add kinds.
+        try? decode(message)
+    }
+
+    /// Nothing more comes: `events` finishes.
+    func finish() {
+        continuation.finish()
+    }
+
+    private func decode(_ message: IncomingMessage) throws(ProtocolError) {
         switch message.type {
         case LifecycleMessage.type:
             let lifecycle = try message.decode(LifecycleMessage.self)
-            local.withLock { $0.state = lifecycle.state }
-            continuation.yield(.lifecycle(lifecycle.event))
+            let isRepeat = local.withLock { local in
+                local.state = lifecycle.state
+                guard lifecycle.event == .didFinishLaunching else { return false }
+                defer { local.didFinishLaunching = true }
+                return local.didFinishLaunching
+            }
+            if !isRepeat { continuation.yield(.lifecycle(lifecycle.event)) }
         case EventMessage.type:
             continuation.yield(.event(AppEvent(try message.decode(EventMessage.self), payload: message.body)))
         case DeadlineChanged.type:
             let deadline = try message.decode(DeadlineChanged.self).deadline
             local.withLock { $0.deadline = deadline }
         case TaskExpiring.type:
-            let task = BackgroundTaskIdentifier(rawValue: try message.decode(TaskExpiring.self).task)
+            let daemonTask = try message.decode(TaskExpiring.self).task
             let handler = local.withLock { local in
+                let task = BackgroundTaskIdentifier(daemonTask: daemonTask, generation: local.generation)
                 let handler = local.expirationHandlers.removeValue(forKey: task)
                 if handler == nil { local.expiredEarly.insert(task) }
                 return handler

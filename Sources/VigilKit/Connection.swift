@@ -39,13 +39,27 @@ final class Connection: Sendable {
     static func establish(
         path: String, hello: Hello, onEvent: @escaping @Sendable (ConnectionEvent) -> Void = { _ in }
     ) async throws -> (Connection, Welcome) {
+        let connection = try open(path: path, onEvent: onEvent)
+        return (connection, try await connection.handshake(hello))
+    }
+
+    /// Connects to `path` and starts reading, without a handshake: the caller
+    /// must `handshake` before sending anything else. For an owner that needs
+    /// the connection object before its `welcome` arrives.
+    static func open(
+        path: String, onEvent: @escaping @Sendable (ConnectionEvent) -> Void
+    ) throws(ConnectionError) -> Connection {
         let connection = Connection(path: path, socket: try UnixSocket.connect(to: path), onEvent: onEvent)
         connection.startReading()
+        return connection
+    }
+
+    /// Says `hello` and waits for `welcome`; on refusal or loss the connection is closed and the error thrown.
+    func handshake(_ hello: Hello) async throws -> Welcome {
         do {
-            let welcome = try await connection.greet(hello)
-            return (connection, welcome)
+            return try await greet(hello)
         } catch {
-            connection.close()
+            close()
             throw error
         }
     }

@@ -16,9 +16,9 @@ struct EngineEventTests {
         #expect(h.host.eventSeqs(to: id) == [1, 2, 3])
         #expect(h.app(id).queue.unacknowledgedCount == 3)
 
-        h.engine.acknowledge(id, upTo: 2)
+        h.engine.acknowledge(id, upTo: 2, now: h.now)
         #expect(h.app(id).queue.events.map(\.seq) == [3])
-        h.engine.acknowledge(id, upTo: 3)
+        h.engine.acknowledge(id, upTo: 3, now: h.now)
         #expect(h.app(id).queue.events.isEmpty)
         #expect(try h.deliver("d").seq == 4)
     }
@@ -31,17 +31,17 @@ struct EngineEventTests {
         try h.deliver("accessory.data", mode: .externalAccessory)  // held for the foreground
         try h.deliver("b")  // behind it, in seq order
         #expect(h.host.events(to: id).map(\.kind) == ["a"])
-        h.engine.acknowledge(id, upTo: 99)
+        h.engine.acknowledge(id, upTo: 99, now: h.now)
         #expect(h.app(id).queue.events.map(\.kind) == ["accessory.data", "b"])
 
         // Nor what went to an earlier connection and has not been sent again.
         h.engine.disconnected(id)
         try h.engine.moveToForeground(id, now: h.now)
-        h.engine.acknowledge(id, upTo: 99)
+        h.engine.acknowledge(id, upTo: 99, now: h.now)
         #expect(h.app(id).queue.events.count == 2)
         _ = h.engine.connected(id, now: h.now)
         #expect(h.host.events(to: id).map(\.kind) == ["a", "accessory.data", "b"])
-        h.engine.acknowledge(id, upTo: 99)
+        h.engine.acknowledge(id, upTo: 99, now: h.now)
         #expect(h.app(id).queue.events.isEmpty)
     }
 
@@ -60,7 +60,7 @@ struct EngineEventTests {
         try h.active(id)
         try h.deliver("a")
         try h.deliver("b")
-        h.engine.acknowledge(id, upTo: 1)
+        h.engine.acknowledge(id, upTo: 1, now: h.now)
         h.engine.disconnected(id)
         try h.deliver("c")
         h.host.clear()
@@ -194,7 +194,10 @@ struct EngineEventTests {
         let h = Harness()
         #expect(try h.deliver("accessory.data", mode: .externalAccessory).disposition == .queued)
         #expect(h.host.starts.isEmpty)
-        #expect(try h.deliver("test").disposition == .launched)
+        // A later test event would have to wait behind it, so it does not launch the app either.
+        #expect(try h.deliver("test").disposition == .queued)
+        #expect(h.host.starts.isEmpty)
+        #expect(h.host.decisions(.queue, for: id).last?.reason.contains("behind seq 1") == true)
     }
 
     @Test func heldBackEventAtTheBoundIsRefusedWithoutADrop() throws {
@@ -206,7 +209,7 @@ struct EngineEventTests {
         #expect(h.app(id).queue.totalDropped == 0)
         #expect(h.app(id).queue.unreportedDrops == 0)
         #expect(h.host.decisions(.drop, for: id).isEmpty)
-        h.engine.acknowledge(id, upTo: 1)
+        h.engine.acknowledge(id, upTo: 1, now: h.now)
         #expect(h.host.events(to: id).map(\.kind) == ["a", "b"])  // no overflow report
         #expect(try h.deliver("c", canBeHeldBack: true).seq == 3)
     }
@@ -224,7 +227,7 @@ struct EngineEventTests {
         #expect(drops.first?.reason.contains("sensor.sample") == true)
         #expect(h.host.events(to: id).count == 2)
 
-        h.engine.acknowledge(id, upTo: 1)
+        h.engine.acknowledge(id, upTo: 1, now: h.now)
         let sent = h.host.messages(to: id).compactMap { if case let .event(event, _) = $0 { event } else { nil } }
         let overflow = try #require(sent.last)
         #expect(overflow.kind == "overflow")
@@ -234,7 +237,7 @@ struct EngineEventTests {
         #expect(h.app(id).queue.unreportedDrops == 0)
         #expect(h.app(id).queue.totalDropped == 2)
         // Reported once.
-        h.engine.acknowledge(id, upTo: 3)
+        h.engine.acknowledge(id, upTo: 3, now: h.now)
         #expect(h.host.events(to: id).filter { $0.kind == "overflow" }.count == 1)
     }
 
@@ -243,9 +246,9 @@ struct EngineEventTests {
         try h.active(id)
         try h.deliver("a")
         _ = errorCode { try h.deliver("lost") }
-        h.engine.acknowledge(id, upTo: 0)  // nothing acknowledged: still full
+        h.engine.acknowledge(id, upTo: 0, now: h.now)  // nothing acknowledged: still full
         #expect(h.host.events(to: id).map(\.kind) == ["a"])
-        h.engine.acknowledge(id, upTo: 1)
+        h.engine.acknowledge(id, upTo: 1, now: h.now)
         #expect(h.host.events(to: id).map(\.kind) == ["a", "overflow"])
     }
 }

@@ -22,13 +22,16 @@ struct EngineStateTests {
         #expect(welcome.launch == LaunchOptions(reason: .user))
         #expect(welcome.deadline == nil)
         #expect(h.state(id) == .active)
-        #expect(h.host.lifecycle(to: id) == [LifecycleMessage(event: .didBecomeActive, state: .active)])
+        #expect(h.host.lifecycle(to: id) == [
+            LifecycleMessage(event: .didFinishLaunching, state: .inactive),
+            LifecycleMessage(event: .didBecomeActive, state: .active),
+        ])
         #expect(h.engine.nextDeadline == nil)
 
         // Launching again while in the foreground does nothing.
         try h.engine.launch(id, now: h.now)
         #expect(h.host.starts.count == 1)
-        #expect(h.host.lifecycle(to: id).count == 1)
+        #expect(h.host.lifecycle(to: id).count == 2)
     }
 
     @Test func failedStartIsRefusedAndReported() throws {

@@ -35,7 +35,7 @@ struct EngineTerminationTests {
         #expect(welcome.state == .background)
         #expect(welcome.launch == LaunchOptions(reason: .event, eventKind: "test"))
         #expect(welcome.deadline == t + 180 * second)
-        #expect(h.host.notifications(to: id).isEmpty)  // no didBecomeActive in the background
+        #expect(h.host.notifications(to: id) == [.didFinishLaunching])  // no didBecomeActive in the background
         #expect(h.host.eventSeqs(to: id) == [1])
 
         h.advance(10)

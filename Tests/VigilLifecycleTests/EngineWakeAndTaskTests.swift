@@ -69,6 +69,7 @@ struct EngineWakeAndTaskTests {
         let h = Harness()
         _ = try woken(h)
         h.advance(1)
+        h.engine.acknowledge(id, upTo: .max, now: h.now)
         h.engine.finishedProcessing(id, now: h.now)
         #expect(h.state(id) == .suspended)
         #expect(h.host.freezes(id) == 1)
@@ -84,6 +85,7 @@ struct EngineWakeAndTaskTests {
         let h = Harness()
         _ = try woken(h)
         let task = h.engine.beginBackgroundTask(id, name: "flush", now: h.now)
+        h.engine.acknowledge(id, upTo: .max, now: h.now)
         h.engine.finishedProcessing(id, now: h.now)
         #expect(h.state(id) == .background)
         h.advance(1)
@@ -227,9 +229,23 @@ struct EngineWakeAndTaskTests {
         #expect(h.engine.beginBackgroundTask(Harness.exits, name: "x", now: h.now) == 0)
     }
 
+    @Test func finishingWithUnacknowledgedEventsWaitsForTheirAcknowledgement() throws {
+        let h = Harness()
+        _ = try woken(h)
+        #expect(try h.deliver().disposition == .delivered)
+        h.engine.finishedProcessing(id, now: h.now)
+        #expect(h.state(id) == .background)
+        h.engine.acknowledge(id, upTo: 1, now: h.now)
+        #expect(h.state(id) == .background)
+        h.engine.acknowledge(id, upTo: 2, now: h.now)
+        #expect(h.state(id) == .suspended)
+        #expect(h.host.decisions(.suspend, for: id).last?.reason.contains("acknowledged") == true)
+    }
+
     @Test func everyWakeIsAFreshStretch() throws {
         let h = Harness()
         _ = try woken(h)
+        h.engine.acknowledge(id, upTo: .max, now: h.now)
         h.engine.finishedProcessing(id, now: h.now)
         h.advance(500)
         let t2 = h.now

@@ -131,18 +131,37 @@ lab_bt_indexes_ready() {  # [SECS]
   /usr/bin/python3 "$LAB_REPO/lab/guest/mgmt_wait.py" --timeout "${1:-$LAB_TIMEOUT}" 0 1
 }
 
+lab_bt_init_done() {
+  [[ -e /sys/kernel/debug/bluetooth/hci0/hci_version && -e /sys/kernel/debug/bluetooth/hci1/hci_version ]]
+}
+
 lab_bt_controllers() {  # btvirt: hci0 + hci1 on one emulated LE link
-  lab_daemon_alive btvirt && lab_bt_indexes_ready 1 && return 0
+  lab_daemon_alive btvirt && lab_bt_init_done && return 0
   modprobe hci_vhci || { lab_fail "modprobe hci_vhci failed"; return 1; }
+  mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
   lab_wait_for 10 "/dev/vhci" test -c /dev/vhci || return 1
   # Under TCG on a loaded host btvirt can miss the kernel's 2 s HCI command
   # timeout while the controller is set up ("Opcode 0x0c03 failed: -110");
   # the index then never appears.  Start over in that case.
-  local attempt
+  local attempt mark deadline
   for attempt in 1 2 3; do
+    mark="$(dmesg | wc -l)"
     lab_daemon btvirt btvirt -L -l2 || return 1
-    lab_bt_indexes_ready && return 0
-    lab_log "btvirt controllers not ready (attempt $attempt): $(dmesg | grep -i 'hci[01]' | tail -n 2 | tr '\n' ' ')"
+    # Cheap wait first (debugfs gets hci_version once a controller's init
+    # succeeded), so no heavy process competes with btvirt in the meantime;
+    # then confirm with the kernel's mgmt index list.
+    deadline=$((SECONDS + LAB_TIMEOUT))
+    while :; do
+      if lab_bt_init_done; then
+        lab_bt_indexes_ready 10 && return 0
+        break
+      fi
+      # A failed setup never recovers: restart at once.
+      dmesg | tail -n +"$((mark + 1))" | grep -q 'hci[01]: .*failed: -110' && break
+      ((SECONDS >= deadline)) && break
+      sleep 0.1
+    done
+    lab_log "btvirt controllers not ready (attempt $attempt): $(dmesg | tail -n +"$((mark + 1))" | grep -i 'hci[01]' | tail -n 2 | tr '\n' ' ')"
     lab_daemon_stop btvirt
     lab_wait_for 10 "hci0/hci1 to go away" lab_not test -e /sys/class/bluetooth/hci0 || return 1
   done

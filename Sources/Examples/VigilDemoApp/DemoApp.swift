@@ -30,8 +30,10 @@ struct DemoApp {
             switch item {
             case let .lifecycle(notification): await handler.handle(notification, at: handled)
             case let .event(event): await handler.handle(event, at: handled)
+            case .connectionRestored: handler.reconnected(at: handled)
             }
         }
-        recorder.say("vigild closed the connection, exiting")
+        // VigilKit reconnects after a daemon restart: the stream ends only when vigild refuses the app.
+        recorder.say("vigild no longer accepts this app, exiting")
     }
 }

@@ -18,6 +18,14 @@ struct DemoHandler {
         exit(0)
     }
 
+    /// VigilKit connected again after the connection dropped (a daemon restart):
+    /// unacknowledged events follow, redelivered.
+    func reconnected(at handled: UInt64) {
+        var record = Record(kind: "reconnected", at: handled)
+        record.state = app.state.rawValue
+        recorder.record(record, "reconnected to vigild, state \(app.state.rawValue)")
+    }
+
     func handle(_ event: AppEvent, at handled: UInt64) async {
         recorder.record(record(of: event, at: handled), describe(event))
         if event.seq == configuration.crashOnSeq, !event.redelivered {

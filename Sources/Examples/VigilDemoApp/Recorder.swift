@@ -7,7 +7,7 @@ struct Record: Encodable, Sendable {
     /// CLOCK_MONOTONIC ns when the item was handled.
     var t: UInt64
     var pid = getpid()
-    /// `launch`, `lifecycle`, `event`, `taskBegan`, `taskEnded`, `expiring`, `finished`.
+    /// `launch`, `lifecycle`, `event`, `taskBegan`, `taskEnded`, `expiring`, `finished`, `reconnected`.
     var kind: String
     var reason: String?
     var eventKind: String?

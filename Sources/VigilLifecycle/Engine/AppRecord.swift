@@ -19,6 +19,9 @@ public struct AppRecord: Sendable {
     public internal(set) var limitAt: UInt64?
     /// End of the grace period or wake budget: suspend then if no task is held.
     var suspendAt: UInt64?
+    /// The app said it finished processing; it is suspended once it has
+    /// acknowledged what it was sent and holds no task.
+    var finishRequested = false
     var expirationWarned = false
     /// Kill deadline of an app told `willTerminate`.
     var terminateAt: UInt64?

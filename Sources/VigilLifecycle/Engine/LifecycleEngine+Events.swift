@@ -60,8 +60,12 @@ extension LifecycleEngine {
                 return .queued
             }
             if app.terminateAt == nil {
-                // A new event gives a fresh processing window, within the limit.
-                update(id) { $0.suspendAt = max($0.suspendAt ?? 0, min(now + nanoseconds(timings.wakeBudget), $0.limitAt ?? .max)) }
+                // New work: a fresh processing window within the limit, and an
+                // earlier "finished" no longer covers it.
+                update(id) {
+                    $0.suspendAt = max($0.suspendAt ?? 0, min(now + nanoseconds(timings.wakeBudget), $0.limitAt ?? .max))
+                    $0.finishRequested = false
+                }
             }
             flush(id)
             return .delivered
@@ -133,12 +137,13 @@ extension LifecycleEngine {
     }
 
     /// The app acknowledged every event up to `seq`.
-    public func acknowledge(_ id: String, upTo seq: UInt64) {
+    public func acknowledge(_ id: String, upTo seq: UInt64, now: UInt64) {
         update(id) {
             $0.queue.acknowledge(upTo: seq)
             $0.queue.appendOverflowReportIfPossible()
         }
         flush(id)
+        suspendIfDone(id, now: now, trigger: "finished processing and acknowledged its last event")
     }
 
     /// Sends every event the app may receive now, in order. Stops at the first

@@ -27,18 +27,28 @@ extension LifecycleEngine {
             throw ProtocolError(.invalidArgument, "no background task \(task) is held")
         }
         update(id) { $0.tasks.removeAll { $0.id == task } }
-        if let suspendAt = app.suspendAt, app.state == .background, apps[id]!.tasks.isEmpty, suspendAt <= now {
-            suspend(id, now: now, reason: "last background task ended after the processing window")
-        }
+        suspendIfDone(id, now: now, trigger: "last background task ended")
     }
 
-    /// The app says it has finished processing: suspended at once unless it holds tasks.
+    /// The app says it has finished processing: suspended at once unless it
+    /// holds tasks, or events it was sent (or may be sent) are not yet
+    /// acknowledged; then as soon as the last of those is done. It finished
+    /// what it had seen, not what was on its way.
     public func finishedProcessing(_ id: String, now: UInt64) {
         guard let app = apps[id], app.state == .background, app.terminateAt == nil else { return }
-        update(id) { $0.suspendAt = now }
-        if app.tasks.isEmpty {
-            suspend(id, now: now, reason: "finished processing early")
-        }
+        update(id) { $0.finishRequested = true }
+        suspendIfDone(id, now: now, trigger: "finished processing early")
+    }
+
+    /// Suspends a background app that holds no task once its window is over,
+    /// or once it has finished and acknowledged everything it was given.
+    func suspendIfDone(_ id: String, now: UInt64, trigger: String) {
+        guard let app = apps[id], app.state == .background, app.terminateAt == nil, app.tasks.isEmpty else { return }
+        let windowOver = app.suspendAt.map { $0 <= now } ?? false
+        let finished = app.finishRequested && app.queue.unacknowledgedCount == 0
+            && app.queue.peekNextUnsent().map(app.mayReceive) != true
+        guard windowOver || finished else { return }
+        suspend(id, now: now, reason: trigger + (windowOver ? ", processing window over" : ", nothing left to handle"))
     }
 
     /// Seconds of background time left; nil in the foreground (unlimited).

@@ -280,6 +280,7 @@ public final class LifecycleEngine {
             $0.backgroundSince = now
             $0.limitAt = limit
             $0.suspendAt = now + nanoseconds(window)
+            $0.finishRequested = false
             $0.expirationWarned = false
         }
         send(id, .deadline(limit))
