@@ -89,22 +89,47 @@ func measure(_ name: String, daemon: BenchDaemon, count: Int, suspended: Bool) a
     return Figures(name: name, samples: samples)
 }
 
-/// Context switches of every thread of `pid` (voluntary + involuntary).
-func contextSwitches(of pid: Int32) -> Int {
+/// Context switches (voluntary + involuntary) per thread of `pid`, keyed by "name/tid".
+func contextSwitches(of pid: Int32) -> [String: Int] {
     let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
-    return tasks.reduce(0) { total, tid in
-        guard let status = try? String(contentsOfFile: "/proc/\(pid)/task/\(tid)/status", encoding: .utf8) else { return total }
-        return total + status.split(separator: "\n").reduce(0) { sum, line in
-            line.hasPrefix("voluntary_ctxt_switches") || line.hasPrefix("nonvoluntary_ctxt_switches")
-                ? sum + (Int(line.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)) ?? 0) : sum
+    var result: [String: Int] = [:]
+    for tid in tasks {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/task/\(tid)/status", encoding: .utf8) else { continue }
+        var name = tid
+        var switches = 0
+        for line in status.split(separator: "\n") {
+            let fields = line.split(separator: ":", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+            guard fields.count == 2 else { continue }
+            if fields[0] == "Name" { name = fields[1] }
+            if fields[0].hasSuffix("ctxt_switches") { switches += Int(fields[1]) ?? 0 }
         }
+        result["\(name)/\(tid)"] = switches
     }
+    return result
+}
+
+/// Idle cost: context switches over `seconds` with nothing to do, per thread.
+/// Threads that exist at only one end (Dispatch retiring idle workers) count
+/// from 0 or up to their last reading.
+func idleReport(daemon: BenchDaemon, seconds: Int) async throws -> String {
+    let before = contextSwitches(of: daemon.pid)
+    try await Task.sleep(for: .seconds(seconds))
+    let after = contextSwitches(of: daemon.pid)
+    var lines: [String] = []
+    var total = 0
+    for thread in Set(before.keys).union(after.keys).sorted() {
+        let delta = (after[thread] ?? before[thread] ?? 0) - (before[thread] ?? 0)
+        total += delta
+        let note = after[thread] == nil ? " (thread exited)" : before[thread] == nil ? " (new thread)" : ""
+        lines.append("    \(thread.padding(toLength: 28, withPad: " ", startingAt: 0)) \(delta)\(note)")
+    }
+    return "daemon context switches over \(seconds) s idle (app suspended): \(total)\n" + lines.joined(separator: "\n")
 }
 
 func run(wakes: Int, idleSeconds: Int, binaries: String) async throws {
     print("vigil-bench: \(wakes) wakes per mechanism, \(idleSeconds) s idle; binaries in \(binaries)")
     var figures: [Figures] = []
-    var idleReport = ""
+    var idleSummary = ""
     for mechanism in ["cgroup", "signal"] {
         let daemon = try await BenchDaemon(binaries: binaries, suspension: mechanism)
         defer { daemon.stop() }
@@ -125,10 +150,9 @@ func run(wakes: Int, idleSeconds: Int, binaries: String) async throws {
         if mechanism == "cgroup" && idleSeconds > 0 {
             let pid = try await daemon.control.apps().first { $0.id == BenchDaemon.appID }?.pid ?? 0
             try await waitFor("suspension") { isSuspended(daemon, pid: pid) }
-            let before = contextSwitches(of: daemon.pid)
-            try await Task.sleep(for: .seconds(idleSeconds))
-            let after = contextSwitches(of: daemon.pid)
-            idleReport = "daemon context switches over \(idleSeconds) s idle (app suspended, all threads): \(after - before)"
+            // Let the runtime retire worker threads woken by the measurements above.
+            try await Task.sleep(for: .seconds(10))
+            idleSummary = try await idleReport(daemon: daemon, seconds: idleSeconds)
         }
     }
     print("")
@@ -141,7 +165,7 @@ func run(wakes: Int, idleSeconds: Int, binaries: String) async throws {
             figure.samples.max() ?? .nan, figure.percentile(0.5) / baseline)
         print("  " + figure.name.padding(toLength: 34, withPad: " ", startingAt: 0) + " " + numbers)
     }
-    if !idleReport.isEmpty { print(idleReport) }
+    if !idleSummary.isEmpty { print(idleSummary) }
 }
 
 do {

@@ -16,13 +16,16 @@ HRS_UUID = lab.full_uuid("180d")
 
 def run_check(peer_args: list[str], notifications: int = 6, location: int = 1,
               check_control_point: bool = True, notify_timeout: float = 20) -> None:
+    lab.log("bringing up BlueZ (no-op when the suite did it)")
     lab.bt_up()
     bz = lab.Bluez("hci0")
     bz.forget_all()
+    lab.log("starting the heart-rate monitor peer on hci1")
     peer = lab.Peer.start("hrm", "heart_rate_monitor.py", "--name", NAME,
                           "--location", str(location), "--interval", "0.3",
                           "--count", str(notifications), *peer_args,
                           *os.environ.get("LAB_HRM_EXTRA_ARGS", "").split())
+    lab.log("peer advertising; discovering it from hci0")
     dev = None
     try:
         dev = bz.discover(name=NAME, uuid=HRS_UUID, timeout=30)
