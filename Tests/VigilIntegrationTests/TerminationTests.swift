@@ -58,8 +58,8 @@ extension Integration {
         /// still running in its cgroup.
         @Test func gracefulStopThawsAndRestartAdopts() async {
             let demo = "org.vigil.test.demo"
-            // VigilKit does not reconnect (the demo app exits when vigild closes its
-            // connection), so adoption is checked on an app that does not talk to vigild.
+            // Two kinds of survivor: the demo app (VigilKit reconnects by itself) and
+            // an app that never talks to vigild.
             let sleeper = "org.vigil.test.sleeper"
             let apps = [AppSpec(demo), AppSpec(sleeper, exec: ["/bin/sleep", "600"])]
             await DaemonHarness.run(DaemonOptions().with(["suspend-grace": 0.5]), apps: apps) { h in
@@ -94,12 +94,19 @@ extension Integration {
                 try await h.waitUntilGone(sleeper, timeout: 10)
                 await h.expect(!h.isAlive(sleeperPid), "adopted pid \(sleeperPid) survived terminate")
 
-                // The demo app: thawed at the stop; adopted too if it is still alive.
-                if h.isAlive(demoPid) {
-                    let demoInfo = try await h.info(demo)
-                    await h.expect(demoInfo.pid == demoPid && demoInfo.launchReason == .adopted,
-                                   "\(demo) alive but not adopted: pid \(demoInfo.pid.map(String.init) ?? "nil"), launchReason \(demoInfo.launchReason.map(\.rawValue) ?? "nil")")
+                // The demo app: thawed at the stop, adopted, reconnected by VigilKit, and
+                // woken through its new connection by the same process.
+                await h.expect(h.isAlive(demoPid), "\(demo) (pid \(demoPid)) did not survive the daemon's stop")
+                let demoInfo = try await h.info(demo)
+                await h.expect(demoInfo.pid == demoPid && demoInfo.launchReason == .adopted,
+                               "\(demo) not adopted: pid \(demoInfo.pid.map(String.init) ?? "nil"), launchReason \(demoInfo.launchReason.map(\.rawValue) ?? "nil")")
+                try await h.waitUntil("\(demo) records its reconnection", timeout: 15) {
+                    !h.records(demo).of(pid: demoPid).kind("reconnected").isEmpty
                 }
+                let accepted = try await h.wake(demo, payload: "after-restart")
+                let handled = try await h.waitForEvent(demo, seq: accepted.seq)
+                await h.expect(handled.pid == demoPid && handled.payload == "after-restart",
+                               "event after the restart handled as \(handled), expected pid \(demoPid)")
             }
         }
     }

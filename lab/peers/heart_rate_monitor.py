@@ -135,6 +135,10 @@ class HeartRateMonitor:
         def on_disconnection(reason) -> None:
             self.subscribers.discard(connection)
             self.events.emit("disconnected", peer=str(connection.peer_address), reason=int(reason))
+            # We restart advertising ourselves (not Bumble's auto_restart), so
+            # that a powered-off monitor stays silent.
+            if self.powered:
+                asyncio.ensure_future(self.advertise())
         connection.on("disconnection", on_disconnection)
 
     # ---- measurement generator
@@ -176,8 +180,10 @@ class HeartRateMonitor:
         ]))
 
     async def advertise(self) -> None:
+        if self.device.is_advertising:
+            return
         await self.device.start_advertising(
-            auto_restart=True, advertising_data=self.advertising_data(),
+            auto_restart=False, advertising_data=self.advertising_data(),
             advertising_interval_min=self.args.adv_interval,
             advertising_interval_max=self.args.adv_interval)
         self.events.emit("advertising", name=self.args.name, address=self.args.address)
@@ -195,7 +201,11 @@ class HeartRateMonitor:
         self.events.emit("command", command=cmd)
         if name == "power-off":
             self.powered = False
-            await self.device.stop_advertising()
+            if self.device.is_advertising:
+                try:
+                    await self.device.stop_advertising()
+                except hci.HCI_Error as exc:
+                    self.events.emit("stop-advertising-failed", error=str(exc))
             await self.disconnect_all(hci.HCI_REMOTE_DEVICE_TERMINATED_CONNECTION_DUE_TO_POWER_OFF_ERROR)
             self.events.emit("powered", on=False)
         elif name == "power-on":
