@@ -56,11 +56,19 @@ let package = Package(
             swiftSettings: strict
         ),
 
+        // The accessory domain: which devices are accessories, their identity
+        // across replugs, and who holds a session (pure logic, no libudev).
+        .target(
+            name: "VigilAccessories",
+            dependencies: ["VigilLifecycle", "VigilProtocol"],
+            swiftSettings: strict
+        ),
+
         // The daemon as a library, so tests and benchmarks can drive it in-process too.
         .target(
             name: "VigilDaemon",
             dependencies: [
-                "VigilSystem", "VigilProtocol", "VigilLifecycle",
+                "VigilSystem", "VigilProtocol", "VigilLifecycle", "VigilAccessories", "VigilUdev", "VigilSerial",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
@@ -105,9 +113,22 @@ let package = Package(
             swiftSettings: strict
         ),
 
+        // Accessories: libudev discovery (CUdev, VigilUdev) and serial ports (VigilSerial).
+        .systemLibrary(name: "CUdev", pkgConfig: "libudev", providers: [.apt(["libudev-dev"])]),
+        .target(name: "VigilUdev", dependencies: ["CUdev", "VigilSystem"], swiftSettings: strict),
+        .target(name: "VigilSerial", dependencies: ["CVigilShim", "VigilSystem"], swiftSettings: strict),
+
         .testTarget(name: "VigilSystemTests", dependencies: ["VigilSystem"], swiftSettings: strict),
         .testTarget(name: "VigilProtocolTests", dependencies: ["VigilProtocol"], swiftSettings: strict),
         .testTarget(name: "VigilLifecycleTests", dependencies: ["VigilLifecycle"], swiftSettings: strict),
+        .testTarget(name: "VigilAccessoriesTests", dependencies: ["VigilAccessories"], swiftSettings: strict),
+        .testTarget(name: "VigilSerialTests", dependencies: ["VigilSerial"], swiftSettings: strict),
+        .testTarget(
+            name: "VigilUdevTests",
+            dependencies: ["VigilUdev", "VigilSerial", "VigilSystem"],
+            exclude: ["umockdev-testbed.py"],
+            swiftSettings: strict
+        ),
         .testTarget(
             name: "VigilIntegrationTests",
             dependencies: ["VigilKit", "VigilProtocol", "VigilSystem"],

@@ -1,4 +1,5 @@
 import Glibc
+import VigilAccessories
 import VigilLifecycle
 import VigilProtocol
 import VigilSystem
@@ -96,6 +97,13 @@ extension DaemonCore {
         if let watch = connection.watch { loop.removeWatch(watch) }
         if let timer = connection.closeTimer { loop.cancelTimer(timer) }
         connection.stream.close()
+        if case .control = connection.phase {
+            accessoryState.watchers.remove(connection.id)
+            for session in accessoryState.sessions.sessions(heldBy: .control(connection.id)) {
+                closePort(session.id)
+                accessoryState.sessions.close(session.id)
+            }
+        }
         if let app = connection.appID, appConnections[app] == connection.id {
             appConnections[app] = nil
             _ = try? withEngine { engine, _ in engine.disconnected(app) }

@@ -31,6 +31,10 @@ extension DaemonCore: LifecycleHost {
     nonisolated func record(_ decision: Decision) {
         assumeIsolated { $0.decisions.append(decision) }
     }
+
+    nonisolated func stateChanged(_ app: String, from old: AppState, to new: AppState) {
+        assumeIsolated { $0.appStateChanged(app, from: old, to: new) }
+    }
 }
 
 extension DaemonCore {
@@ -43,7 +47,7 @@ extension DaemonCore {
         }
         defer { Glibc.close(log) }
         let banner = "--- \(Date()) vigild: starting \(manifest.exec.joined(separator: " ")) (reason: \(launch.reason.rawValue))\n"
-        _ = banner.withCString { write(log, $0, strlen($0)) }
+        _ = banner.withCString { Glibc.write(log, $0, strlen($0)) }
 
         var environment = SpawnRequest.currentEnvironment()
         environment.merge(manifest.environment) { _, app in app }
@@ -103,6 +107,23 @@ extension DaemonCore {
             try action(suspender, app, pid)
         } catch {
             logger.error("\(what) \(app) failed: \(error)", metadata: ["app": "\(app)"])
+        }
+    }
+}
+
+extension DaemonCore {
+    /// Event sources that treat foreground and background differently hear of
+    /// every state change here.
+    /// The engine is mid-transition when it reports a change, so reactions
+    /// (which may deliver events) run once the current engine call returns.
+    func appStateChanged(_ app: String, from old: AppState, to new: AppState) {
+        pendingStateChanges.append((app, old, new))
+    }
+
+    func dispatchStateChanges() {
+        while !pendingStateChanges.isEmpty {
+            let (app, old, new) = pendingStateChanges.removeFirst()
+            accessoriesAppStateChanged(app, from: old, to: new)
         }
     }
 }

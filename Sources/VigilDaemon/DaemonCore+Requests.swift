@@ -88,7 +88,8 @@ extension DaemonCore {
         switch message.type {
         case Acknowledge.type:
             let ack: Acknowledge = try message.decode()
-            try withEngine { engine, now in engine.acknowledge(app, upTo: ack.seq, now: now) }
+            withEngine { engine, now in engine.acknowledge(app, upTo: ack.seq, now: now) }
+            resumeReading(for: app)
         case BeginBackgroundTask.type:
             let request: BeginBackgroundTask = try message.decode()
             let task = try withEngine { engine, now in engine.beginBackgroundTask(app, name: request.name, now: now) }
@@ -108,6 +109,7 @@ extension DaemonCore {
             let seconds = try withEngine { engine, now in engine.backgroundTimeRemaining(app, now: now) }
             send(BackgroundTimeRemaining(seconds: seconds), id: message.id, to: connection)
         default:
+            if try handleAccessoryRequest(message, holder: .app(app), connection: connection) { return }
             throw ProtocolError(.unknownMessage, "unknown message type '\(message.type)' for an app", id: message.id)
         }
     }
@@ -149,6 +151,7 @@ extension DaemonCore {
             reloadManifests()
             send(ReloadResult(apps: engine.apps.keys.sorted(), problems: manifestProblems), id: message.id, to: connection)
         default:
+            if try handleAccessoryRequest(message, holder: .control(connection.id), connection: connection) { return }
             throw ProtocolError(.unknownMessage, "unknown message type '\(message.type)' for a control client", id: message.id)
         }
     }

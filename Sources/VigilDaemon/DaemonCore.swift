@@ -39,6 +39,9 @@ actor DaemonCore {
     var processes: [String: AppProcess] = [:]
     var engineTimer: (id: TimerID, deadline: UInt64)?
     let stateStore: StateStore
+    /// State changes reported by the engine, handled after its current call.
+    var pendingStateChanges: [(app: String, from: AppState, to: AppState)] = []
+    var accessoryState = AccessoryState(rules: [], bufferLimit: 0)
     /// A pending write of the state file; changes within it are written together.
     var saveTimer: TimerID?
 
@@ -108,6 +111,7 @@ actor DaemonCore {
             logger.error("cannot read \(stateStore.path), starting with empty event queues: \(error)")
         }
         adoptSurvivors()
+        startAccessories()
         let listener = try UnixListener.bind(path: socketPath, permissions: 0o666)
         self.listener = listener
         listenerWatch = try loop.watch(listener.fd, for: .readable) { [unowned self] _ in
@@ -126,6 +130,7 @@ actor DaemonCore {
             thaw(id)
             logger.info("thawed \(id) for the daemon's stop", metadata: ["app": "\(id)"])
         }
+        stopAccessories()
         if let listenerWatch { loop.removeWatch(listenerWatch) }
         listener?.close()
         listener = nil
@@ -166,10 +171,11 @@ actor DaemonCore {
 
     /// Runs `body` against the engine, then re-arms the single engine timer and
     /// schedules a write of the state file.
-    func withEngine<T>(_ body: (LifecycleEngine, UInt64) throws(ProtocolError) -> T) throws(ProtocolError) -> T {
+    func withEngine<T, E: Error>(_ body: (LifecycleEngine, UInt64) throws(E) -> T) throws(E) -> T {
         defer {
             rearmEngineTimer()
             scheduleSave()
+            dispatchStateChanges()
         }
         return try body(engine, now)
     }
@@ -204,8 +210,7 @@ actor DaemonCore {
         let id = loop.schedule(at: MonotonicInstant(nanoseconds: next)) { [unowned self] in
             self.assumeIsolated { core in
                 core.engineTimer = nil
-                core.engine.advance(to: core.now)
-                core.rearmEngineTimer()
+                core.withEngine { engine, now in engine.advance(to: now) }
             }
         }
         engineTimer = (id, next)

@@ -46,7 +46,16 @@ public final class Application: Sendable {
     /// "Daemon restarts"). Iterate it from one task only: each item goes to a
     /// single consumer. It finishes on `disconnect()`, or when a reconnection is
     /// refused (`unauthorized`, `unsupportedVersion`).
+    ///
+    /// Accessory events the app is waiting for elsewhere do not come here: the
+    /// data and notices of an open `AccessorySession` go to that session, and
+    /// connects and disconnects to `accessoryManager.notifications` once the
+    /// app registered for them. Those that nothing in this process waits for
+    /// (redelivered ones above all: see `AccessorySession`) come here;
+    /// `AppEvent.accessoryContent` reads them.
     public let events: AsyncStream<ApplicationEvent>
+    /// Accessories and sessions with them, as `EAAccessoryManager`.
+    public let accessoryManager: AccessoryManager
 
     private let session: ApplicationSession
 
@@ -55,6 +64,7 @@ public final class Application: Sendable {
         self.launchOptions = welcome.launch ?? LaunchOptions(reason: .user)
         self.session = session
         self.events = events
+        self.accessoryManager = AccessoryManager(session: session)
     }
 
     deinit { session.end() }
@@ -84,11 +94,15 @@ public final class Application: Sendable {
         return deadline > now ? TimeInterval(deadline - now) / 1e9 : 0
     }
 
-    /// Marks `event`, and every earlier one, as handled: the daemon drops them
-    /// from its queue. Call it after handling, not on receipt; an ack lost to a
-    /// dropped connection only means the event comes again.
+    /// Marks `event`, and every earlier one of `events`, as handled: the daemon
+    /// drops them from its queue. Call it after handling, not on receipt; an ack
+    /// lost to a dropped connection only means the event comes again.
+    ///
+    /// `ack` is cumulative on the wire, so it goes out only up to the oldest
+    /// event another consumer (an `AccessorySession`, the accessory
+    /// notifications) has not finished yet, and follows once that one has.
     public func acknowledge(_ event: AppEvent) {
-        try? session.send(Acknowledge(seq: event.seq))
+        session.router.acknowledgeEvents(upTo: event.seq)
     }
 
     /// Asks for time to finish work in the background. Until the task is ended

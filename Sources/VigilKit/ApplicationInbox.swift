@@ -9,6 +9,8 @@ import VigilSystem
 /// messages of whichever connection is current, and finishes it at the end.
 final class ApplicationInbox: Sendable {
     private let continuation: AsyncStream<ApplicationEvent>.Continuation
+    /// Takes every event: accessory events may go to other consumers than `events`.
+    private let router: EventRouter
     private let local = Locked(Local())
 
     private struct Local {
@@ -25,8 +27,9 @@ final class ApplicationInbox: Sendable {
         var expiredEarly: Set<BackgroundTaskIdentifier> = []
     }
 
-    init(continuation: AsyncStream<ApplicationEvent>.Continuation) {
+    init(continuation: AsyncStream<ApplicationEvent>.Continuation, router: EventRouter) {
         self.continuation = continuation
+        self.router = router
     }
 
     var state: AppState { local.withLock { $0.state } }
@@ -87,7 +90,7 @@ final class ApplicationInbox: Sendable {
             }
             if !isRepeat { continuation.yield(.lifecycle(lifecycle.event)) }
         case EventMessage.type:
-            continuation.yield(.event(AppEvent(try message.decode(EventMessage.self), payload: message.body)))
+            router.receive(AppEvent(try message.decode(EventMessage.self), payload: message.body))
         case DeadlineChanged.type:
             let deadline = try message.decode(DeadlineChanged.self).deadline
             local.withLock { $0.deadline = deadline }

@@ -18,6 +18,8 @@ final class ApplicationSession: Sendable {
 
     let path: String
     let inbox: ApplicationInbox
+    /// Where events go and how they are acknowledged.
+    let router: EventRouter
     private let link = Locked(Link())
 
     private struct Link {
@@ -39,15 +41,17 @@ final class ApplicationSession: Sendable {
         var isEnded = false
     }
 
-    private init(path: String, inbox: ApplicationInbox) {
+    private init(path: String, continuation: AsyncStream<ApplicationEvent>.Continuation) {
         self.path = path
-        self.inbox = inbox
+        router = EventRouter(main: continuation)
+        inbox = ApplicationInbox(continuation: continuation, router: router)
     }
 
     /// The first connection. Its failure is thrown: only a connection that once
     /// worked is retried.
     static func connect(path: String, continuation: AsyncStream<ApplicationEvent>.Continuation) async throws -> (ApplicationSession, Welcome) {
-        let session = ApplicationSession(path: path, inbox: ApplicationInbox(continuation: continuation))
+        let session = ApplicationSession(path: path, continuation: continuation)
+        session.router.setAcknowledger { [weak session] seq in try? session?.send(Acknowledge(seq: seq)) }
         let welcome = try await session.attempt(Hello(role: .app, client: client))
         return (session, welcome)
     }
@@ -63,8 +67,11 @@ final class ApplicationSession: Sendable {
         try connection().send(message)
     }
 
-    func request<Reply: Message>(_ message: some Message, expecting _: Reply.Type = Reply.self) async throws -> Reply {
-        try await connection().request(message, expecting: Reply.self)
+    func request<Reply: Message>(
+        _ message: some Message, body: [UInt8] = [], expecting _: Reply.Type = Reply.self,
+        onReply: (@Sendable (IncomingMessage) -> Void)? = nil
+    ) async throws -> Reply {
+        try await connection().request(message, body: body, expecting: Reply.self, onReply: onReply)
     }
 
     func beginBackgroundTask(name: String) async throws -> BackgroundTaskIdentifier {
@@ -102,6 +109,7 @@ final class ApplicationSession: Sendable {
         reconnecting?.cancel()
         connection?.close()
         pending?.close()
+        router.end()
         inbox.finish()
     }
 
@@ -147,6 +155,9 @@ final class ApplicationSession: Sendable {
     private func handle(_ event: ConnectionEvent, from tag: Int) {
         switch event {
         case let .welcome(welcome):
+            if let connection = link.withLock({ $0.connection != nil && $0.pending?.tag == tag ? $0.pending?.connection : nil }) {
+                resynchronize(connection)
+            }
             let generation = link.withLock { link -> Int? in
                 guard !link.isEnded, let pending = link.pending, pending.tag == tag else { return nil }
                 if link.connection != nil { link.generation += 1 }
@@ -166,21 +177,44 @@ final class ApplicationSession: Sendable {
         }
     }
 
+    /// A reconnection, greeted: before the app's requests can reach the new
+    /// connection, it learns what this client still believes: sessions of the
+    /// lost connection are closed (a daemon that kept them would hold the
+    /// accessory for nobody), and the notification registration is renewed (a
+    /// restarted daemon does not know it). No `id`: their replies are ignored.
+    private func resynchronize(_ connection: Connection) {
+        let (staleSessions, register) = router.reconnected()
+        for session in staleSessions { try? connection.send(CloseSession(session: session)) }
+        if register { try? connection.send(RegisterForAccessoryNotifications(enabled: true)) }
+    }
+
     /// The connection of attempt `tag` is gone. If it was the current one and
     /// the app still wants it, reconnect; a refusal of the app itself ends it all.
     private func closed(_ tag: Int, _ reason: ProtocolError) {
-        let refused = link.withLock { link -> Bool in
+        let outcome = link.withLock { link -> Bool? in
             // A stale or not yet greeted connection: its attempt, if any, handles the failure.
-            guard !link.isEnded, link.tag == tag else { return false }
+            guard !link.isEnded, link.tag == tag else { return nil }
             if Self.isFinal(reason) {
                 link.isEnded = true
                 return true
             }
             if link.connectedAt.duration(to: .now) >= Self.stableConnection { link.retryDelay = Self.firstRetryDelay }
-            link.reconnecting = Task { [weak self] in await self?.reconnect() }
             return false
         }
-        if refused { inbox.finish() }
+        switch outcome {
+        case true?:
+            router.end()
+            inbox.finish()
+        case false?:
+            // Sessions end before any new connection can be greeted (and `resynchronize` close them).
+            router.connectionLost(reason)
+            link.withLock { link in
+                guard !link.isEnded, link.tag == tag else { return }
+                link.reconnecting = Task { [weak self] in await self?.reconnect() }
+            }
+        case nil:
+            break
+        }
     }
 
     /// Tries again after each delay, forever, until greeted, refused or ended.

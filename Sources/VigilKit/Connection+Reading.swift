@@ -45,7 +45,8 @@ extension Connection {
         if let greeting { return answer(greeting, with: message) }
         if let id = message.id, message.type == "reply" || message.type == ProtocolError.type,
            let waiter = exchange.withLock({ $0.pending.removeValue(forKey: id) }) {
-            return waiter.resume(returning: message)
+            if message.type == "reply" { waiter.onReply?(message) }
+            return waiter.continuation.resume(returning: message)
         }
         if message.type == ProtocolError.type, let error = try? message.decode(ProtocolError.self), error.closesConnection {
             // The daemon closes next: pending requests fail with its reason, not a bare "disconnected".
@@ -74,7 +75,7 @@ extension Connection {
             let finalReason = exchange.closeReason ?? reason
             exchange.closeReason = finalReason
             defer { exchange.pending.removeAll() }
-            return (Array(exchange.pending.values), exchange.greeting.take(), finalReason)
+            return (exchange.pending.values.map(\.continuation), exchange.greeting.take(), finalReason)
         }
         isOpen.withLock { isOpen in
             if isOpen { socket.close() }

@@ -23,9 +23,18 @@ final class Connection: Sendable {
         var greeting: CheckedContinuation<Welcome, any Error>?
         var isGreeted = false
         var nextID = 1
-        var pending: [Int: CheckedContinuation<IncomingMessage, any Error>] = [:]
+        var pending: [Int: Waiter] = [:]
         /// Set once: why the connection ended (a fatal error from the daemon, or the drop).
         var closeReason: ProtocolError?
+    }
+
+    /// A request waiting for its answer.
+    struct Waiter {
+        var continuation: CheckedContinuation<IncomingMessage, any Error>
+        /// Runs on the reader thread with a successful reply, before any later
+        /// frame is routed: an owner that must know of, say, a new session before
+        /// that session's first event can be read registers it here.
+        var onReply: (@Sendable (IncomingMessage) -> Void)?
     }
 
     private init(path: String, socket: UnixSocket, onEvent: @escaping @Sendable (ConnectionEvent) -> Void) {
@@ -77,10 +86,12 @@ final class Connection: Sendable {
 
     /// Sends a request and waits for its reply, decoded as `Reply`. An `error`
     /// answer is thrown as `ProtocolError`; so is the loss of the connection.
+    /// `onReply` sees a successful reply on the reader thread first (see `Waiter`).
     func request<Reply: Message>(
-        _ message: some Message, body: [UInt8] = [], expecting _: Reply.Type = Reply.self
+        _ message: some Message, body: [UInt8] = [], expecting _: Reply.Type = Reply.self,
+        onReply: (@Sendable (IncomingMessage) -> Void)? = nil
     ) async throws -> Reply {
-        let answer = try await roundTrip(message, body: body)
+        let answer = try await roundTrip(message, body: body, onReply: onReply)
         if answer.type == ProtocolError.type { throw try answer.decode(ProtocolError.self) }
         return try answer.decode(Reply.self)
     }
@@ -101,7 +112,9 @@ final class Connection: Sendable {
         }
     }
 
-    private func roundTrip(_ message: some Message, body: [UInt8]) async throws -> IncomingMessage {
+    private func roundTrip(
+        _ message: some Message, body: [UInt8], onReply: (@Sendable (IncomingMessage) -> Void)?
+    ) async throws -> IncomingMessage {
         let id = exchange.withLock { exchange in
             defer { exchange.nextID += 1 }
             return exchange.nextID
@@ -111,19 +124,19 @@ final class Connection: Sendable {
                 let refusal = exchange.withLock { exchange -> (any Error)? in
                     if let reason = exchange.closeReason { return reason }
                     if Task.isCancelled { return CancellationError() }
-                    exchange.pending[id] = continuation
+                    exchange.pending[id] = Waiter(continuation: continuation, onReply: onReply)
                     return nil
                 }
                 if let refusal { return continuation.resume(throwing: refusal) }
                 do {
                     try write(MessageCodec.frame(message, id: id, body: body))
                 } catch {
-                    exchange.withLock { $0.pending.removeValue(forKey: id) }?.resume(throwing: error)
+                    exchange.withLock { $0.pending.removeValue(forKey: id) }?.continuation.resume(throwing: error)
                 }
             }
         } onCancel: {
             // The late reply, if any, finds no waiter and is dropped.
-            exchange.withLock { $0.pending.removeValue(forKey: id) }?.resume(throwing: CancellationError())
+            exchange.withLock { $0.pending.removeValue(forKey: id) }?.continuation.resume(throwing: CancellationError())
         }
     }
 

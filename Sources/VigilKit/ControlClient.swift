@@ -8,22 +8,27 @@ public final class ControlClient: Sendable {
     /// The daemon's name and version, from the handshake.
     public let daemon: String
 
-    private let connection: Connection
+    let connection: Connection
+    /// Session data and accessory changes the daemon pushes.
+    let pushes: ControlPushes
 
-    private init(connection: Connection, welcome: Welcome) {
+    private init(connection: Connection, welcome: Welcome, pushes: ControlPushes) {
         self.connection = connection
         self.daemon = welcome.daemon
+        self.pushes = pushes
     }
 
     deinit { connection.close() }
 
     /// Connects to the daemon; the socket is resolved by `DaemonSocket.path(explicit:)`.
     public static func connect(socketPath: String? = nil) async throws -> ControlClient {
+        let pushes = ControlPushes()
         let (connection, welcome) = try await Connection.establish(
             path: DaemonSocket.path(explicit: socketPath),
-            hello: Hello(role: .control, client: "VigilKit/\(ProtocolVersion.current)")
+            hello: Hello(role: .control, client: "VigilKit/\(ProtocolVersion.current)"),
+            onEvent: { pushes.receive($0) }
         )
-        return ControlClient(connection: connection, welcome: welcome)
+        return ControlClient(connection: connection, welcome: welcome, pushes: pushes)
     }
 
     public func status() async throws -> DaemonStatus {

@@ -43,6 +43,8 @@ struct MessageCodecTests {
             "hello", "welcome", "reply", "error", "beginBackgroundTask", "endBackgroundTask", "finishedProcessing",
             "backgroundTimeRemaining", "ack", "lifecycle", "event", "backgroundTaskExpiring", "deadline",
             "status", "apps", "appAction", "wake", "log", "reload",
+            "accessories", "registerForAccessoryNotifications", "openSession", "write", "closeSession",
+            "sessionData", "sessionClosed", "watchAccessories", "accessoryEvent",
         ]
         #expect(Set(MessageSamples.all.map { type(of: $0).type }) == documented)
     }

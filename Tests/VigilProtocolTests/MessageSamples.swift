@@ -16,6 +16,16 @@ enum MessageSamples {
         launchReason: nil, logPath: nil, manifestPath: "/etc/vigil/apps/idle.toml"
     )
     static let problem = ManifestProblem(file: "/etc/vigil/apps/bad.toml", field: "exec", message: "must not be empty")
+    static let sensor = AccessoryInfo(
+        connectionID: 7, name: "Vigil Sensor", manufacturer: "Vigil Lab", modelNumber: "VS-1", serialNumber: "SN0001",
+        firmwareRevision: "1.02", hardwareRevision: "", protocolStrings: ["org.example.sensor"], deviceNode: "/dev/ttyACM0",
+        vendorID: "1209", productID: "0001", sysPath: "/sys/devices/usb1/1-1/1-1:1.0/tty/ttyACM0", lineSettings: "115200 8N1"
+    )
+    static let session = SessionInfo(
+        session: 3, connectionID: 7, protocol: "org.example.sensor", holder: "app org.example.logger",
+        lineSettings: "115200 8N1", bytesIn: 4096, bytesOut: 12, bufferedBytes: 512, readingPaused: true,
+        overruns: 2, parityErrors: 0, frameErrors: 1
+    )
 
     static let all: [any Message & Equatable] = [
         // Handshake
@@ -65,5 +75,20 @@ enum MessageSamples {
         DecisionLog(decisions: [DecisionRecord(time: 1.7e9, app: "org.example.logger", action: "suspend", reason: "grace period over", state: .suspended)]),
         ReloadRequest(),
         ReloadResult(apps: ["org.example.logger"], problems: [ManifestProblem(file: "x.toml", field: nil, message: "not TOML")]),
+        // Accessories
+        ListAccessories(),
+        AccessoryList(accessories: [sensor], sessions: [session]),
+        AccessoryList(accessories: []),
+        RegisterForAccessoryNotifications(enabled: false),
+        OpenSession(connectionID: 7, protocol: "org.example.sensor", lineSettings: "9600 7E1 xonxoff", reopen: true),
+        OpenSession(connectionID: 7, protocol: "org.example.sensor"),
+        SessionOpened(session: 3, accessory: sensor),
+        WriteToSession(session: 3),
+        BytesWritten(written: 65536),
+        CloseSession(session: 3),
+        SessionData(session: 3),
+        SessionClosed(session: 3, reason: "the accessory was unplugged"),
+        WatchAccessories(),
+        AccessoryEvent(change: "disconnected", accessory: sensor),
     ]
 }

@@ -39,6 +39,15 @@ FATAL_CODES = frozenset(
 
 _PREFIX = struct.Struct("<II")
 
+# The largest body `_Sessions.write` sends in one request.
+WRITE_CHUNK = 65536
+
+# Event kinds about accessories (docs/protocol.md, "Accessories").
+ACCESSORY_EVENT_KINDS = frozenset({
+    "accessory.connected", "accessory.disconnected",
+    "session.data", "session.loss", "session.closed", "session.reopened",
+})
+
 
 class VigilError(Exception):
     """An `error` frame from the daemon, or a client-side failure with a protocol code."""
@@ -278,17 +287,59 @@ class Connection:
             return self._unsolicited.popleft()
         return self.receive(timeout)
 
+    def next_of(self, types, timeout=None):
+        """The next frame that answers no request and whose type is in `types`,
+        or None after `timeout`; other frames stay kept, in order."""
+        for index, message in enumerate(self._unsolicited):
+            if message.type in types:
+                del self._unsolicited[index]
+                return message
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            message = self.receive(remaining)
+            if message is None:
+                return None
+            if message.type in types:
+                return message
+            self._unsolicited_message(message)
+
     def _unsolicited_message(self, message):
         if message.type == "error" and message.id is None and message.get("code") in FATAL_CODES:
             raise message.error()
         self._unsolicited.append(message)
 
 
+class _Sessions:
+    """Accessory sessions, the same for both roles (docs/protocol.md, "Accessories")."""
+
+    def open_session(self, connection_id, protocol, line_settings=None, reopen=None):
+        """Returns the reply: `session` (the id) and `accessory`. `line_settings`
+        overrides the accessory's, e.g. "9600 8N1"."""
+        members = {"connectionID": connection_id, "protocol": protocol}
+        if line_settings is not None:
+            members["lineSettings"] = line_settings
+        if reopen is not None:
+            members["reopen"] = bool(reopen)
+        return self.request("openSession", **members).header
+
+    def write(self, session, data):
+        """Writes `data` and returns once the device has taken every byte (the
+        daemon's back-pressure), in bodies of at most 64 KiB. Returns the count."""
+        data = bytes(data)
+        for start in range(0, len(data), WRITE_CHUNK):
+            self.request("write", body=data[start:start + WRITE_CHUNK], session=session)
+        return len(data)
+
+    def close_session(self, session):
+        self.request("closeSession", session=session)
+
+
 # ---------------------------------------------------------------------------
 # Control role
 
 
-class ControlClient(Connection):
+class ControlClient(_Sessions, Connection):
     """vigilctl's role: inspect the daemon and drive app lifecycles."""
 
     role = "control"
@@ -319,6 +370,25 @@ class ControlClient(Connection):
     def reload(self):
         return self.request("reload").header
 
+    def accessories(self):
+        """The reply: `accessories`, and `sessions` with their traffic and loss counters."""
+        return self.request("accessories").header
+
+    def watch_accessories(self):
+        """The reply (the accessories now); each change then comes from `next_accessory_event`."""
+        return self.request("watchAccessories").header
+
+    def next_accessory_event(self, timeout=None):
+        """The next pushed change as a dict {change, accessory}, or None after `timeout`."""
+        message = self.next_of(("accessoryEvent",), timeout)
+        return None if message is None else message.header
+
+    def next_session_output(self, timeout=None):
+        """The next push about this client's sessions, or None after `timeout`:
+        a `sessionData` Message (`["session"]`, the bytes in `.body`) or a
+        `sessionClosed` one (`["session"]`, `["reason"]`)."""
+        return self.next_of(("sessionData", "sessionClosed"), timeout)
+
 
 # ---------------------------------------------------------------------------
 # App role
@@ -348,9 +418,13 @@ def monotonic_ns():
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
 
 
-class AppClient(Connection):
+class AppClient(_Sessions, Connection):
     """The app role. Only a process that vigild launched (in its app's cgroup)
-    is accepted; any other gets `unauthorized`."""
+    is accepted; any other gets `unauthorized`.
+
+    Accessory events arrive as Events like any other (`kind` in
+    ACCESSORY_EVENT_KINDS; `session.data` has the bytes in `payload`) and are
+    acknowledged the same way."""
 
     role = "app"
 
@@ -390,6 +464,14 @@ class AppClient(Connection):
     def finished_processing(self):
         """Done with what woke the app: with no task held it is suspended right after the reply."""
         self.request("finishedProcessing")
+
+    def accessories(self):
+        """The connected accessories the app may see (their protocols are in its manifest)."""
+        return self.request("accessories")["accessories"]
+
+    def register_for_accessory_notifications(self, enabled=True):
+        """Start (or stop) `accessory.connected` and `accessory.disconnected` events."""
+        self.request("registerForAccessoryNotifications", enabled=bool(enabled))
 
     def ack(self, seq):
         """Every event up to and including `seq` has been handled."""

@@ -161,7 +161,7 @@ lab_bt_controllers() {  # btvirt: hci0 + hci1 on one emulated LE link
       ((SECONDS >= deadline)) && break
       sleep 0.1
     done
-    lab_log "btvirt controllers not ready (attempt $attempt): $(dmesg | tail -n +"$((mark + 1))" | grep -i 'hci[01]' | tail -n 2 | tr '\n' ' ')"
+    lab_log "btvirt controllers not ready (attempt $attempt; usual for the first start in a cold TCG guest), retrying: $(dmesg | tail -n +"$((mark + 1))" | grep -i 'hci[01]' | tail -n 2 | tr '\n' ' ')"
     lab_daemon_stop btvirt
     lab_wait_for 10 "hci0/hci1 to go away" lab_not test -e /sys/class/bluetooth/hci0 || return 1
   done

@@ -131,6 +131,33 @@ def install_signal_commands(mapping: dict[int, str], handle: Callable[[str], Awa
     loop.add_signal_handler(signal.SIGINT, stop.set)
 
 
+async def refresh_advertising_loop(device, interval: float, active: Callable[[], bool]) -> None:
+    """Re-announce a Bumble device's legacy advertising every `interval` s.
+
+    The lab's emulated controllers (btvirt) send an advertising report only
+    at the moment advertising or scanning is enabled, never periodically.
+    The kernel drops a report that arrives while it is still switching to
+    discovery, and then a scanner only sees the device at BlueZ's next scan
+    restart (every ~10 s).  Toggling advertising off and on makes the peer
+    behave like a real periodic advertiser.  Use 0 with a real radio.
+    """
+    if interval <= 0:
+        await asyncio.Event().wait()
+        return
+    from bumble import hci
+
+    while True:
+        await asyncio.sleep(interval)  # a period, not a wait for a condition
+        if not active() or device.connections or not getattr(device, "legacy_advertiser", None):
+            continue
+        for enable in (0, 1):
+            try:
+                await device.send_sync_command_raw(
+                    hci.HCI_LE_Set_Advertising_Enable_Command(advertising_enable=enable))
+            except Exception:  # a connection raced us: Bumble handles it
+                pass
+
+
 def die(msg: str, code: int = 1) -> None:
     print(f"{os.path.basename(sys.argv[0])}: error: {msg}", file=sys.stderr, flush=True)
     sys.exit(code)

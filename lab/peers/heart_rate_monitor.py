@@ -243,6 +243,8 @@ class HeartRateMonitor:
                 {signal.SIGUSR1: "power-off", signal.SIGUSR2: "power-on"}, self.command, stop)
             _peerlib.mark_ready(a.ready_file)
             tasks = [asyncio.ensure_future(self.notify_loop()),
+                     asyncio.ensure_future(_peerlib.refresh_advertising_loop(
+                         self.device, a.adv_refresh, lambda: self.powered)),
                      asyncio.ensure_future(_peerlib.control_loop(a.control, self.command)),
                      asyncio.ensure_future(stop.wait())]
             done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -269,6 +271,9 @@ def main() -> None:
     p.add_argument("--count", type=int, default=0, help="stop notifying after N (0 = never)")
     p.add_argument("--location", type=int, default=1, help="Body Sensor Location value (1 = chest)")
     p.add_argument("--adv-interval", type=float, default=100.0, help="advertising interval (ms)")
+    p.add_argument("--adv-refresh", type=float, default=1.0,
+                   help="re-announce advertising every SECS for btvirt's one-shot reports (0 = off,"
+                        " for a real radio)")
     p.add_argument("--no-notify", "--broken", dest="no_notify", action="store_true",
                    help="never send notifications (a broken sensor)")
     _peerlib.add_common_args(p)

@@ -68,4 +68,24 @@ typedef struct vigil_spawn_request {
 /// *failed_step set (the child, if any, has already been reaped).
 int vigil_spawn(const vigil_spawn_request *request, pid_t *pid, vigil_spawn_step *failed_step);
 
+// MARK: Serial ports
+
+/// Error counters of a serial line since the driver loaded (TIOCGICOUNT),
+/// copied out of <linux/serial.h>'s struct so Swift needs no kernel header.
+typedef struct vigil_line_counters {
+    int rx, tx;              ///< Characters received and sent.
+    int frame, parity, brk;  ///< Framing errors, parity errors, breaks.
+    int overrun;             ///< Characters lost: the UART's FIFO overflowed.
+    int buf_overrun;         ///< Characters lost: the tty layer's buffer was full.
+} vigil_line_counters;
+
+/// TIOCGICOUNT. Returns 0, or -1 with errno set (ENOTTY, EINVAL or ENOIOCTLCMD
+/// where the driver keeps no counters, e.g. ptys and most USB CDC-ACM).
+int vigil_serial_line_counters(int fd, vigil_line_counters *counters);
+
+/// openpty(3) in raw mode (cfmakeraw, VMIN=1, VTIME=0), both ends
+/// close-on-exec and the controller non-blocking. `name` receives the device
+/// path (at least 64 bytes). Returns 0, or -1 with errno set.
+int vigil_openpty(int *controller, int *device, char *name, size_t name_size);
+
 #endif

@@ -21,6 +21,7 @@ public enum SuspensionPreference: String, Sendable {
 /// suspension = "auto"                           # auto | cgroup | signal
 /// event-queue-limit = 1000
 /// decision-log-size = 2000
+/// session-buffer-limit = 1048576                # bytes per accessory session, see AccessoryRule
 ///
 /// [timings]
 /// suspend-grace = 5.0
@@ -41,6 +42,11 @@ public struct DaemonConfig: Sendable, Equatable {
     public var eventQueueLimit: Int = 1000
     public var decisionLogSize: Int = 2000
     public var timings = Timings()
+    /// Accessories declared here rather than by udev rules.
+    public var accessoryRules: [AccessoryRule] = []
+    /// Bytes a session may hold for its app (read, not yet acknowledged) before
+    /// the daemon stops reading and lets flow control hold the device back.
+    public var sessionBufferLimit: Int = 1 << 20
 
     /// Defaults for the system daemon or for a per-user daemon.
     public init(system: Bool, environment: [String: String] = ProcessInfo.processInfo.environment) {
@@ -60,7 +66,7 @@ public struct DaemonConfig: Sendable, Equatable {
 
     static let knownFields: Set<String> = [
         "socket", "manifest-dirs", "state-dir", "log-dir", "cgroup-root", "suspension", "event-queue-limit",
-        "decision-log-size", "timings",
+        "decision-log-size", "timings", "accessory", "session-buffer-limit",
     ]
     static let knownTimings: Set<String> = [
         "suspend-grace", "wake-budget", "background-time-limit", "expiration-warning", "exit-grace",
@@ -89,6 +95,10 @@ public struct DaemonConfig: Sendable, Equatable {
         }
         config.eventQueueLimit = try fields.positiveInt("event-queue-limit") ?? defaults.eventQueueLimit
         config.decisionLogSize = try fields.positiveInt("decision-log-size") ?? defaults.decisionLogSize
+        config.sessionBufferLimit = try fields.positiveInt("session-buffer-limit") ?? defaults.sessionBufferLimit
+        var rules: [AccessoryRule] = []
+        for rule in try fields.tableArray("accessory") { rules.append(try AccessoryRule.parse(rule)) }
+        config.accessoryRules = rules.isEmpty ? defaults.accessoryRules : rules
         if let timings = try fields.subtable("timings") {
             try timings.rejectUnknownKeys(allowed: knownTimings)
             var t = defaults.timings

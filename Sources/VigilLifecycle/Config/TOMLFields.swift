@@ -99,3 +99,17 @@ struct TOMLFields {
         return result
     }
 }
+
+extension TOMLFields {
+    /// An array of tables (`[[name]]`), each read with its index in field names.
+    func tableArray(_ key: String) throws(ManifestProblem) -> [TOMLFields] {
+        guard let value = table[key] else { return [] }
+        guard let array = value.array else { throw problem(key, "must be an array of tables ([[\(key)]])") }
+        var result: [TOMLFields] = []
+        for (index, element) in array.enumerated() {
+            guard let table = element.table else { throw problem("\(key)[\(index)]", "must be a table") }
+            result.append(TOMLFields(table: table, file: file, prefix: prefix + "\(key)[\(index)]."))
+        }
+        return result
+    }
+}

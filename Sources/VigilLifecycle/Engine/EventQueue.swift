@@ -73,6 +73,25 @@ public struct EventQueue: Sendable {
         return event.seq
     }
 
+    /// Appends `bytes` to the payload of the last event if it is still unsent
+    /// and `matches` it (a burst of data becomes one event); false otherwise.
+    public mutating func mergeIntoLastUnsent(_ bytes: [UInt8], if matches: (QueuedEvent) -> Bool) -> UInt64? {
+        guard sentCount < events.count, let last = events.last, matches(last) else { return nil }
+        events[events.count - 1].payload.append(contentsOf: bytes)
+        return last.seq
+    }
+
+    /// Removes unsent events that match; returns them. Used to coalesce (a connect
+    /// and a disconnect of the same connection cancel out while the app sleeps).
+    public mutating func withdrawUnsent(where matches: (QueuedEvent) -> Bool) -> [QueuedEvent] {
+        let withdrawn = events[sentCount...].filter(matches)
+        guard !withdrawn.isEmpty else { return [] }
+        let kept = events[sentCount...].filter { !matches($0) }
+        events.removeSubrange(sentCount...)
+        events.append(contentsOf: kept)
+        return withdrawn
+    }
+
     /// Counts an event that could be neither held back nor queued.
     public mutating func countDrop(kind: String) {
         if unreportedDrops == 0 { firstDroppedKind = kind }

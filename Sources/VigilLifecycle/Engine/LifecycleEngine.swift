@@ -210,8 +210,11 @@ public final class LifecycleEngine {
     }
 
     func update(_ id: String, _ change: (inout AppRecord) -> Void) {
-        guard apps[id] != nil else { return }
+        guard let old = apps[id]?.state else { return }
         change(&apps[id]!)
+        if let new = apps[id]?.state, new != old {
+            host.stateChanged(id, from: old, to: new)
+        }
     }
 
     /// Starts a process for the app in `state` (inactive for the foreground,

@@ -18,6 +18,9 @@ public protocol LifecycleHost: AnyObject {
     func send(_ message: OutboundMessage, to app: String)
     /// Records a decision: the log the daemon keeps, and `vigilctl log`.
     func record(_ decision: Decision)
+    /// The app's state changed; event sources that treat foreground and
+    /// background differently (accessory sessions) act on it.
+    func stateChanged(_ app: String, from old: AppState, to new: AppState)
 }
 
 /// A message the engine wants delivered to an app.

@@ -35,6 +35,9 @@ final class FakeHost: LifecycleHost {
     func kill(_ app: String) { calls.append(.kill(app)) }
     func send(_ message: OutboundMessage, to app: String) { calls.append(.send(message, to: app)) }
     func record(_ decision: Decision) { calls.append(.record(decision)) }
+    /// State changes are not recorded as calls (most tests count calls); kept apart.
+    private(set) var stateChanges: [(app: String, from: AppState, to: AppState)] = []
+    func stateChanged(_ app: String, from old: AppState, to new: AppState) { stateChanges.append((app, old, new)) }
 
     func clear() { calls = [] }
 

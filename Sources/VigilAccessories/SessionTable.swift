@@ -1,0 +1,76 @@
+import VigilProtocol
+
+/// Who holds a session.
+public enum SessionHolder: Sendable, Hashable, CustomStringConvertible {
+    case app(String)
+    /// A person's terminal (`vigilctl accessory open`), by control connection.
+    case control(Int)
+
+    public var description: String {
+        switch self {
+        case let .app(id): "app \(id)"
+        case let .control(connection): "vigilctl (connection \(connection))"
+        }
+    }
+}
+
+/// One open session: a byte stream with one accessory for one protocol.
+public struct SessionRecord: Sendable, Equatable {
+    public var id: Int
+    public var holder: SessionHolder
+    public var connectionID: UInt64
+    public var identity: AccessoryIdentity
+    public var protocolString: String
+    public var lineSettings: String
+    /// Reopen by itself when the same accessory comes back.
+    public var reopen: Bool
+}
+
+/// The sessions open now, at most one per accessory connection and protocol.
+public struct SessionTable: Sendable {
+    public private(set) var sessions: [Int: SessionRecord] = [:]
+    private var nextID = 1
+
+    public init() {}
+
+    /// Opens a session, or explains why not: the accessory does not speak the
+    /// protocol, the app's manifest does not declare it, or someone holds it.
+    public mutating func open(
+        holder: SessionHolder, accessory: AccessoryInfo, identity: AccessoryIdentity, protocol name: String,
+        declaredProtocols: [String]?, lineSettings: String, reopen: Bool
+    ) throws(ProtocolError) -> SessionRecord {
+        guard accessory.protocolStrings.contains(name) else {
+            throw ProtocolError(.invalidArgument, "accessory \(accessory.connectionID) (\(accessory.name)) does not speak '\(name)'; it speaks \(accessory.protocolStrings)")
+        }
+        if let declaredProtocols, !declaredProtocols.contains(name) {
+            throw ProtocolError(.unauthorized, "the app's manifest does not declare accessory protocol '\(name)' (accessory-protocols = \(declaredProtocols))")
+        }
+        if let holderSession = sessions.values.first(where: { $0.connectionID == accessory.connectionID && $0.protocolString == name }) {
+            throw ProtocolError(.invalidState, "accessory \(accessory.connectionID) protocol '\(name)' is already held by \(holderSession.holder) (session \(holderSession.id))")
+        }
+        let record = SessionRecord(
+            id: nextID, holder: holder, connectionID: accessory.connectionID, identity: identity,
+            protocolString: name, lineSettings: lineSettings, reopen: reopen)
+        nextID += 1
+        sessions[record.id] = record
+        return record
+    }
+
+    @discardableResult
+    public mutating func close(_ id: Int) -> SessionRecord? {
+        sessions.removeValue(forKey: id)
+    }
+
+    /// Moves a reopening session onto the accessory's new connection.
+    public mutating func rebind(_ id: Int, to connectionID: UInt64) {
+        sessions[id]?.connectionID = connectionID
+    }
+
+    public func sessions(of connectionID: UInt64) -> [SessionRecord] {
+        sessions.values.filter { $0.connectionID == connectionID }.sorted { $0.id < $1.id }
+    }
+
+    public func sessions(heldBy holder: SessionHolder) -> [SessionRecord] {
+        sessions.values.filter { $0.holder == holder }.sorted { $0.id < $1.id }
+    }
+}

@@ -1,0 +1,55 @@
+import VigilAccessories
+import VigilLifecycle
+import VigilProtocol
+import VigilSerial
+import VigilSystem
+import VigilUdev
+
+/// The daemon's accessory side: udev, the registry of connected accessories,
+/// open sessions and their serial ports. Owned by `DaemonCore`.
+struct AccessoryState {
+    var udev: Udev?
+    var monitor: UdevMonitor?
+    var monitorWatch: WatchID?
+    var registry: AccessoryRegistry
+    var sessions = SessionTable()
+    var ports: [Int: OpenPort] = [:]
+    /// Apps that asked for connect/disconnect events (kept across their relaunches).
+    var registeredApps: Set<String> = []
+    /// Control connections following `vigilctl accessories watch`.
+    var watchers: Set<Int> = []
+    let bufferLimit: Int
+
+    init(rules: [AccessoryRule], bufferLimit: Int) {
+        registry = AccessoryRegistry(rules: rules)
+        self.bufferLimit = bufferLimit
+    }
+}
+
+/// A session's open serial port and its traffic.
+final class OpenPort {
+    let port: SerialPort
+    var watch: WatchID?
+    var readingPaused = false
+    var wantsWritable = false
+    /// Writes waiting for the device, each answered once all its bytes are taken.
+    var pendingWrites: [PendingWrite] = []
+    var bytesIn: UInt64 = 0
+    var bytesOut: UInt64 = 0
+    /// Counters at open, so loss is reported as it grows.
+    var baseline: LineCounters?
+    var reported: LineCounters?
+
+    struct PendingWrite {
+        var requestID: Int?
+        var clientConnection: Int
+        var bytes: [UInt8]
+        var offset = 0
+    }
+
+    init(port: SerialPort) {
+        self.port = port
+        baseline = port.lineCounters()
+        reported = baseline
+    }
+}

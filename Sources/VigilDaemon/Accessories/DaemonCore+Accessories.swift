@@ -1,0 +1,147 @@
+import Foundation
+import VigilAccessories
+import VigilLifecycle
+import VigilProtocol
+import VigilSerial
+import VigilSystem
+import VigilUdev
+
+/// Accessories found and followed through udev, and their notifications.
+extension DaemonCore {
+    /// Enumerates serial devices, then follows hot-plug. Without udev the
+    /// daemon runs on, with no accessories.
+    func startAccessories() {
+        var state = AccessoryState(rules: config.accessoryRules, bufferLimit: config.sessionBufferLimit)
+        do {
+            let udev = try Udev()
+            let monitor = try UdevMonitor(udev: udev, subsystems: ["tty"])
+            state.udev = udev
+            state.monitor = monitor
+            state.monitorWatch = try loop.watch(monitor.fd, for: .readable) { [unowned self] _ in
+                self.assumeIsolated { $0.udevEventsReady() }
+            }
+            accessoryState = state
+            for device in try udev.devices(subsystem: "tty") {
+                deviceAdded(device)
+            }
+        } catch {
+            accessoryState = state
+            logger.error("accessories disabled: cannot use udev: \(error)")
+        }
+    }
+
+    func stopAccessories() {
+        for id in accessoryState.ports.keys.sorted() { closePort(id) }
+        if let watch = accessoryState.monitorWatch { loop.removeWatch(watch) }
+        accessoryState.monitorWatch = nil
+    }
+
+    private func udevEventsReady() {
+        while let device = accessoryState.monitor?.receive() {
+            switch device.action {
+            // `change` too: re-applied rules (udevadm trigger --action=change) may
+            // have just made an existing device an accessory.
+            case .add, .change: deviceAdded(device)
+            case .remove: deviceRemoved(sysPath: device.sysPath)
+            default: break
+            }
+        }
+    }
+
+    private func deviceAdded(_ device: UdevDevice) {
+        guard let node = device.devNode else { return }
+        let observation = DeviceObservation(
+            sysPath: device.sysPath, devNode: node, properties: device.properties, devLinks: device.devLinks,
+            usb: device.usb.map {
+                USBIdentity(
+                    vendorID: String(format: "%04x", $0.vendorID), productID: String(format: "%04x", $0.productID),
+                    serialNumber: $0.serialNumber, manufacturer: $0.manufacturer, product: $0.product, revision: $0.deviceRevision)
+            })
+        guard let accessory = accessoryState.registry.added(observation) else { return }
+        logger.info("accessory connected: \(accessory.info.name) (\(accessory.identity)) at \(node), connection \(accessory.info.connectionID)")
+        notifyWatchers("connected", accessory.info)
+        for app in accessoryState.registeredApps.sorted() where canSee(app, accessory.info) {
+            deliverAccessoryEvent(AccessoryEventKind.connected, accessory.info, to: app)
+        }
+        reopenSessions(for: accessory)
+    }
+
+    private func deviceRemoved(sysPath: String) {
+        guard let accessory = accessoryState.registry.removed(sysPath: sysPath) else { return }
+        let id = accessory.info.connectionID
+        logger.info("accessory disconnected: \(accessory.info.name), connection \(id)")
+        for session in accessoryState.sessions.sessions(of: id) {
+            endSession(session.id, reason: "the accessory was unplugged", keepForReopen: session.reopen)
+        }
+        notifyWatchers("disconnected", accessory.info)
+        for app in accessoryState.registeredApps.sorted() where canSee(app, accessory.info) {
+            // A connect the app has not seen yet and this disconnect cancel out.
+            let withdrawn = withEngine { engine, _ in
+                engine.withdraw(from: app, reason: "accessory connection \(id) came and went while the app could not receive it") {
+                    $0.kind == AccessoryEventKind.connected && $0.attributes["connectionID"] == .number(Double(id))
+                }
+            }
+            if withdrawn.isEmpty {
+                deliverAccessoryEvent(AccessoryEventKind.disconnected, accessory.info, to: app)
+            }
+        }
+    }
+
+    /// Apps see only accessories that speak a protocol their manifest declares.
+    func canSee(_ app: String, _ accessory: AccessoryInfo) -> Bool {
+        guard let manifest = engine.apps[app]?.manifest else { return false }
+        return !Set(manifest.accessoryProtocols).isDisjoint(with: accessory.protocolStrings)
+    }
+
+    func deliverAccessoryEvent(_ kind: String, _ accessory: AccessoryInfo, to app: String) {
+        let event = QueuedEvent(kind: kind, attributes: accessory.attributes, wakeMode: .externalAccessory)
+        do {
+            try withEngine { engine, now throws(ProtocolError) in _ = try engine.deliver(event, to: app, now: now) }
+        } catch {
+            logger.warning("\(kind) for \(app) not queued: \(error)")
+        }
+    }
+
+    private func notifyWatchers(_ change: String, _ accessory: AccessoryInfo) {
+        for id in accessoryState.watchers.sorted() {
+            guard let connection = connections[id] else {
+                accessoryState.watchers.remove(id)
+                continue
+            }
+            send(AccessoryEvent(change: change, accessory: accessory), to: connection)
+        }
+    }
+
+    /// Accessory notifications for apps without `external-accessory`: their
+    /// sessions close as they leave the foreground, and they hear disconnect
+    /// and connect as they leave and return.
+    func accessoriesAppStateChanged(_ app: String, from old: AppState, to new: AppState) {
+        guard let manifest = engine.apps[app]?.manifest, !manifest.backgroundModes.contains(.externalAccessory) else { return }
+        if old.isForeground && !new.isForeground {
+            for session in accessoryState.sessions.sessions(heldBy: .app(app)) {
+                endSession(session.id, reason: "the app left the foreground without the external-accessory background mode", keepForReopen: false)
+            }
+            if new != .notRunning, accessoryState.registeredApps.contains(app) {
+                for accessory in accessoryState.registry.all where canSee(app, accessory) {
+                    deliverAccessoryEvent(AccessoryEventKind.disconnected, accessory, to: app)
+                }
+            }
+        } else if !old.isForeground && old != .notRunning && new.isForeground, accessoryState.registeredApps.contains(app) {
+            for accessory in accessoryState.registry.all where canSee(app, accessory) {
+                deliverAccessoryEvent(AccessoryEventKind.connected, accessory, to: app)
+            }
+        }
+        if new == .notRunning {
+            for session in accessoryState.sessions.sessions(heldBy: .app(app)) {
+                endSession(session.id, reason: "the app is no longer running", keepForReopen: false)
+            }
+        }
+    }
+
+    /// The accessory list, for apps filtered to what they may see.
+    func accessoryList(for app: String?) -> AccessoryList {
+        let accessories = accessoryState.registry.all.filter { app == nil || canSee(app!, $0) }
+        guard app == nil else { return AccessoryList(accessories: accessories) }
+        return AccessoryList(accessories: accessories, sessions: accessoryState.sessions.sessions.keys.sorted().compactMap(sessionInfo))
+    }
+}

@@ -1,0 +1,88 @@
+import VigilProtocol
+
+/// Accessories for the control role: what `vigilctl accessories` lists and
+/// watches, and the terminal of `vigilctl accessory open`.
+extension ControlClient {
+    /// Every connected accessory, and every open session with its traffic and loss counters.
+    public func accessories() async throws -> AccessoryList {
+        try await connection.request(ListAccessories())
+    }
+
+    /// The accessories now, and from then on each connect and disconnect as the
+    /// daemon pushes it (nothing falls between the list and the first change).
+    /// The changes finish when the connection closes.
+    public func watchAccessories() async throws -> AccessoryWatch {
+        let (changes, continuation) = AsyncStream.makeStream(of: AccessoryEvent.self)
+        let pushes = self.pushes
+        do {
+            let list = try await connection.request(WatchAccessories(), expecting: AccessoryList.self) { _ in
+                pushes.addWatcher(continuation)
+            }
+            return AccessoryWatch(accessories: list.accessories, sessions: list.sessions ?? [], changes: changes)
+        } catch {
+            continuation.finish()
+            throw error
+        }
+    }
+
+    /// Opens a session for a person's terminal. Control sessions bypass the
+    /// event queue: the daemon pushes the device's bytes as it reads them, and
+    /// closes the session when this connection closes.
+    public func openSession(connectionID: UInt64, protocol: String, lineSettings: String? = nil) async throws -> ControlSession {
+        let (output, continuation) = AsyncStream.makeStream(of: ControlSession.Output.self)
+        let pushes = self.pushes
+        let request = OpenSession(connectionID: connectionID, protocol: `protocol`, lineSettings: lineSettings)
+        do {
+            let opened = try await connection.request(request, expecting: SessionOpened.self) { reply in
+                guard let opened = try? reply.decode(SessionOpened.self) else { return }
+                pushes.addSession(opened.session, continuation)
+            }
+            return ControlSession(id: opened.session, accessory: opened.accessory, output: output)
+        } catch {
+            continuation.finish()
+            throw error
+        }
+    }
+
+    /// Writes to a session and returns once the device has taken every byte
+    /// (in pieces of at most 64 KiB, each awaited): the caller is held back at the device's pace.
+    public func write(_ bytes: [UInt8], session: Int) async throws {
+        var offset = 0
+        while offset < bytes.count {
+            let end = min(offset + AccessorySession.writeChunk, bytes.count)
+            _ = try await connection.request(WriteToSession(session: session), body: Array(bytes[offset..<end]), expecting: BytesWritten.self)
+            offset = end
+        }
+    }
+
+    /// Closes a session this client opened; its output finishes.
+    public func closeSession(_ session: Int) async throws {
+        defer { pushes.removeSession(session) }
+        _ = try await connection.request(CloseSession(session: session), expecting: Done.self)
+    }
+}
+
+/// `watchAccessories`: the state when the watch began, then the changes.
+public struct AccessoryWatch: Sendable {
+    public let accessories: [AccessoryInfo]
+    public let sessions: [SessionInfo]
+    /// `connected` and `disconnected`, in order.
+    public let changes: AsyncStream<AccessoryEvent>
+}
+
+/// A control client's session with an accessory.
+public struct ControlSession: Sendable {
+    public let id: Int
+    /// The accessory as it was opened.
+    public let accessory: AccessoryInfo
+    /// The device's bytes, then `.closed` if the daemon or a lost connection
+    /// ended the session (after `closeSession` it just finishes).
+    public let output: AsyncStream<Output>
+
+    public enum Output: Sendable, Equatable {
+        case data([UInt8])
+        /// Closed by the daemon (the device hung up or was unplugged, a read or
+        /// write failed), or the connection to vigild was lost.
+        case closed(reason: String)
+    }
+}

@@ -1,0 +1,93 @@
+import VigilProtocol
+import VigilSystem
+
+/// What the daemon pushes to a control client without being asked: the data
+/// and end of its terminal sessions, and accessory changes after
+/// `watchAccessories`. Routed on the reader thread, in wire order; streams are
+/// registered by the reply that creates them, so none misses its first push.
+/// (Yields happen outside the lock: `onTermination` takes it again.)
+final class ControlPushes: Sendable {
+    private let state = Locked(State())
+
+    private struct State {
+        var watchers: [Int: AsyncStream<AccessoryEvent>.Continuation] = [:]
+        var nextWatcher = 0
+        var sessions: [Int: AsyncStream<ControlSession.Output>.Continuation] = [:]
+        var isClosed = false
+    }
+
+    /// On the reader thread.
+    func receive(_ event: ConnectionEvent) {
+        switch event {
+        case .welcome:
+            break
+        case let .message(message):
+            try? route(message)
+        case let .closed(reason):
+            closeAll("the connection to vigild was lost (\(reason.message))")
+        }
+    }
+
+    private func route(_ message: IncomingMessage) throws(ProtocolError) {
+        switch message.type {
+        case AccessoryEvent.type:
+            let event = try message.decode(AccessoryEvent.self)
+            for watcher in state.withLock({ Array($0.watchers.values) }) { watcher.yield(event) }
+        case SessionData.type:
+            let session = try message.decode(SessionData.self).session
+            state.withLock { $0.sessions[session] }?.yield(.data(message.body))
+        case SessionClosed.type:
+            let closed = try message.decode(SessionClosed.self)
+            guard let continuation = state.withLock({ $0.sessions.removeValue(forKey: closed.session) }) else { return }
+            continuation.yield(.closed(reason: closed.reason))
+            continuation.finish()
+        default:
+            break
+        }
+    }
+
+    /// A watch began: called with its reply, before any later push is read.
+    func addWatcher(_ continuation: AsyncStream<AccessoryEvent>.Continuation) {
+        let id = state.withLock { state -> Int? in
+            guard !state.isClosed else { return nil }
+            defer { state.nextWatcher += 1 }
+            state.watchers[state.nextWatcher] = continuation
+            return state.nextWatcher
+        }
+        guard let id else { return continuation.finish() }
+        continuation.onTermination = { [weak self] _ in
+            self?.state.withLock { _ = $0.watchers.removeValue(forKey: id) }
+        }
+    }
+
+    /// A session opened: called with its reply, before its first data is read.
+    func addSession(_ session: Int, _ continuation: AsyncStream<ControlSession.Output>.Continuation) {
+        let refused = state.withLock { state -> Bool in
+            guard !state.isClosed else { return true }
+            state.sessions[session] = continuation
+            return false
+        }
+        if refused { continuation.finish() }
+    }
+
+    /// The client closed the session: its output finishes without a `.closed`.
+    func removeSession(_ session: Int) {
+        state.withLock { $0.sessions.removeValue(forKey: session) }?.finish()
+    }
+
+    private func closeAll(_ reason: String) {
+        let (watchers, sessions) = state.withLock { state in
+            state.isClosed = true
+            defer {
+                state.watchers = [:]
+                state.sessions = [:]
+            }
+            return (Array(state.watchers.values), Array(state.sessions.values))
+        }
+        for session in sessions {
+            session.yield(.closed(reason: reason))
+            session.finish()
+        }
+        for watcher in watchers { watcher.finish() }
+    }
+}

@@ -1,0 +1,181 @@
+#!/usr/bin/python3
+"""A umockdev testbed with a fake USB CDC-ACM accessory, for VigilUdevTests.
+
+Run as: umockdev-wrapper /usr/bin/python3 umockdev-testbed.py -- COMMAND...
+
+The testbed holds a USB device 1209:0001 ("Vigil Labs" "Vigil Sensor",
+serial VGL123, bcdDevice 0x0102) on bus 1 as device 5, its CDC-ACM
+interface, and a tty child ttyACM0 whose /dev node is backed by a pty that
+this script drives; plus a plain UART (ttyS0) and a device of another
+subsystem (misc) that a tty/usb monitor must not see.
+
+COMMAND (the Swift test binary, re-executed) runs in the testbed: it inherits
+LD_PRELOAD from umockdev-wrapper and UMOCKDEV_DIR from here. It asks for
+uevents and pty traffic through two pipes named in VIGIL_UMOCKDEV_CONTROL
+("<request write fd> <reply read fd>"), one line per request:
+
+    uevent ACTION SYSPATH   -> ok
+    write HEX               -> ok            (bytes into the tty, as the device)
+    read COUNT              -> data HEX      (bytes the tty sent, 2 s timeout)
+    unplug                  -> ok            (hang up the pty; remove uevents for the tty,
+                                              interface and device; then their sysfs goes)
+    replug                  -> ok SYSPATH    (the same device back as ttyACM1: three adds)
+    done                    -> ok            (the checks ran to the end)
+
+Exit status: the command's, or 3 if it exited 0 without saying "done"
+(a filter that matched no test must not pass), or 4 if umockdev is missing.
+"""
+
+import os
+import select
+import sys
+
+try:
+    import gi
+
+    gi.require_version("UMockdev", "1.0")
+    from gi.repository import UMockdev
+except (ImportError, ValueError) as error:
+    print(f"umockdev-testbed: no UMockdev GI binding ({error}); "
+          "install gir1.2-umockdev-1.0 python3-gi umockdev", file=sys.stderr)
+    sys.exit(4)
+
+USB = "/sys/devices/pci0000:00/0000:00:14.0/usb1/1-2"
+INTERFACE = USB + "/1-2:1.0"
+BY_ID = "/dev/serial/by-id/usb-Vigil_Labs_Vigil_Sensor_VGL123-if00"
+
+
+def usb_device():
+    return f"""P: {USB[4:]}
+N: bus/usb/001/005
+E: SUBSYSTEM=usb
+E: DEVTYPE=usb_device
+E: DRIVER=usb
+E: BUSNUM=001
+E: DEVNUM=005
+E: PRODUCT=1209/1/102
+A: idVendor=1209
+A: idProduct=0001
+A: serial=VGL123
+A: manufacturer=Vigil Labs
+A: product=Vigil Sensor
+A: bcdDevice=0102
+A: busnum=1
+A: devnum=5
+
+P: {INTERFACE[4:]}
+E: SUBSYSTEM=usb
+E: DEVTYPE=usb_interface
+E: DRIVER=cdc_acm
+A: bInterfaceClass=02
+A: bInterfaceNumber=00
+"""
+
+
+def tty(name, minor):
+    # Properties as udevd's usb_id builtin and udev/70-vigil-accessories.rules set them.
+    return f"""P: {INTERFACE[4:]}/tty/{name}
+N: {name}
+E: SUBSYSTEM=tty
+E: DEVNAME=/dev/{name}
+E: MAJOR=166
+E: MINOR={minor}
+E: ID_BUS=usb
+E: ID_VENDOR_ID=1209
+E: ID_MODEL_ID=0001
+E: ID_SERIAL_SHORT=VGL123
+E: ID_VENDOR_ENC=Vigil\\x20Labs
+E: ID_MODEL_ENC=Vigil\\x20Sensor
+E: ID_REVISION=0102
+E: ID_USB_INTERFACE_NUM=00
+E: ID_USB_DRIVER=cdc_acm
+E: DEVLINKS={BY_ID} /dev/serial/by-path/pci-0000:00:14.0-usb-0:2:1.0
+E: ID_MM_DEVICE_IGNORE=1
+E: VIGIL_ACCESSORY=1
+E: VIGIL_PROTOCOLS=org.example.sensor org.example.dfu
+E: VIGIL_SERIAL=115200 8N1 rtscts
+E: VIGIL_NAME=Vigil Sensor
+"""
+
+
+OTHERS = """P: /devices/platform/serial8250/tty/ttyS0
+N: ttyS0
+E: SUBSYSTEM=tty
+E: DEVNAME=/dev/ttyS0
+E: MAJOR=4
+E: MINOR=64
+
+P: /devices/virtual/misc/vigil-noise
+E: SUBSYSTEM=misc
+"""
+
+
+def main():
+    if "--" not in sys.argv:
+        sys.exit("usage: umockdev-testbed.py -- COMMAND...")
+    command = sys.argv[sys.argv.index("--") + 1:]
+    testbed = UMockdev.Testbed.new()
+    testbed.add_from_string(usb_device() + "\n" + tty("ttyACM0", 0) + "\n" + OTHERS)
+    node = "/dev/ttyACM0"
+    # The controller of the pty behind the node. Not inherited: the command
+    # must not hold it, or closing it here would not hang up the node.
+    pty = testbed.get_dev_fd(node)
+    os.set_inheritable(pty, False)
+
+    request_read, request_write = os.pipe()
+    reply_read, reply_write = os.pipe()
+    environment = dict(os.environ, UMOCKDEV_DIR=testbed.get_root_dir(),
+                       VIGIL_UMOCKDEV_CONTROL=f"{request_write} {reply_read}")
+    os.set_inheritable(request_write, True)
+    os.set_inheritable(reply_read, True)
+    child = os.posix_spawn(command[0], command, environment)
+    os.close(request_write)
+    os.close(reply_read)
+    requests = os.fdopen(request_read, "r")
+    replies = os.fdopen(reply_write, "w", buffering=1)
+    said_done = False
+    for line in requests:
+        verb, _, argument = line.strip().partition(" ")
+        reply = "ok"
+        if verb == "uevent":
+            action, _, syspath = argument.partition(" ")
+            testbed.uevent(syspath, action)
+        elif verb == "write":
+            os.write(pty, bytes.fromhex(argument))
+        elif verb == "read":
+            wanted, data = int(argument), b""
+            while len(data) < wanted and select.select([pty], [], [], 2.0)[0]:
+                data += os.read(pty, wanted - len(data))
+            reply = "data " + data.hex()
+        elif verb == "unplug":
+            os.close(pty)  # hangs up whoever has the node open
+            # The kernel's order: the tty, its interface, then the device;
+            # sysfs is gone by the time a listener reads the events.
+            removed = (f"{INTERFACE}/tty/{node[5:]}", INTERFACE, USB)
+            for path in removed:
+                testbed.uevent(path, "remove")
+            for path in removed:
+                testbed.remove_device(path)
+        elif verb == "replug":
+            # add_from_string emits "add" for each device: usb_device, interface, tty.
+            testbed.add_from_string(usb_device() + "\n" + tty("ttyACM1", 1))
+            node = "/dev/ttyACM1"
+            pty = testbed.get_dev_fd(node)
+            os.set_inheritable(pty, False)
+            reply = f"ok {INTERFACE}/tty/{node[5:]}"
+        elif verb == "done":
+            said_done = True
+        else:
+            reply = "error unknown request " + verb
+        replies.write(reply + "\n")
+    _, status = os.waitpid(child, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if code == 0 and not said_done:
+        print("umockdev-testbed: the command exited 0 without running the checks "
+              "(did its test filter match nothing?)", file=sys.stderr)
+        code = 3
+    sys.exit(code if code >= 0 else 128 - code)
+
+
+if __name__ == "__main__":
+    main()
