@@ -20,6 +20,7 @@ let package = Package(
         .library(name: "VigilKit", targets: ["VigilKit"]),
         .executable(name: "vigil-demo-app", targets: ["VigilDemoApp"]),
         .executable(name: "vigil-bench", targets: ["VigilBench"]),
+        .executable(name: "vigil-sensor-logger", targets: ["SensorLogger"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -27,6 +28,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
         .package(url: "https://github.com/LebJe/TOMLKit", exact: "0.6.0"),
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
     ],
     targets: [
         // Bottom layer: the few syscalls Swift cannot reach directly.
@@ -105,6 +107,12 @@ let package = Package(
             path: "Sources/Examples/VigilDemoApp",
             swiftSettings: strict
         ),
+        .executableTarget(
+            name: "SensorLogger",
+            dependencies: ["VigilKit", .product(name: "GRDB", package: "GRDB.swift")],
+            path: "Sources/Examples/SensorLogger",
+            swiftSettings: strict
+        ),
         // Benchmarks print figures (ratios against a baseline of the same run); they assert nothing.
         .executableTarget(
             name: "VigilBench",
@@ -129,6 +137,7 @@ let package = Package(
             exclude: ["umockdev-testbed.py"],
             swiftSettings: strict
         ),
+        .testTarget(name: "SensorLoggerTests", dependencies: ["SensorLogger"], swiftSettings: strict),
         .testTarget(
             name: "VigilIntegrationTests",
             dependencies: ["VigilKit", "VigilProtocol", "VigilSystem"],

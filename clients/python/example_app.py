@@ -23,6 +23,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--record", default=os.environ.get("VIGIL_PY_RECORD"), help="JSON-lines file to append to")
     parser.add_argument("--socket", default=None, help="daemon socket (default: $VIGIL_SOCKET, ...)")
+    parser.add_argument("--accessory-protocol", default=None,
+                        help="register for accessory notifications and keep a session open with the "
+                             "first accessory speaking this protocol (reopened when it is replugged)")
     options = parser.parse_args()
 
     def record(**fields):
@@ -39,6 +42,23 @@ def main():
 
     with AppClient(options.socket) as app:
         record(kind="launch", app=app.app_id, state=app.state, launch=app.launch)
+        session = None
+
+        def open_session(accessories):
+            nonlocal session
+            for accessory in accessories:
+                if session is None and options.accessory_protocol in accessory["protocolStrings"]:
+                    try:
+                        reply = app.open_session(accessory["connectionID"], options.accessory_protocol, reopen=True)
+                    except Exception as error:  # noqa: BLE001 - recorded for the test to see
+                        record(kind="openFailed", error=str(error))
+                        continue
+                    session = reply["session"]
+                    record(kind="sessionOpened", session=session, connectionID=accessory["connectionID"])
+
+        if options.accessory_protocol:
+            app.register_for_accessory_notifications()
+            open_session(app.accessories())
         for item in app.events():
             if isinstance(item, Lifecycle):
                 record(kind="lifecycle", event=item.event, state=item.state)
@@ -47,6 +67,11 @@ def main():
             elif isinstance(item, Event):
                 record(kind="event", seq=item.seq, eventKind=item.kind, attributes=item.attributes,
                        payloadHex=item.payload.hex(), redelivered=item.redelivered)
+                if item.kind == "accessory.connected":
+                    open_session([item.attributes])
+                elif item.kind == "session.closed" and item.attributes.get("session") == session \
+                        and not item.attributes.get("willReopen"):
+                    session = None
                 app.ack(item.seq)
                 # Recorded first: with no task held the daemon freezes the app as soon as it replies.
                 record(kind="finished", seq=item.seq)

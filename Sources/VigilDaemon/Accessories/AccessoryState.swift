@@ -16,6 +16,9 @@ struct AccessoryState {
     var ports: [Int: OpenPort] = [:]
     /// Apps that asked for connect/disconnect events (kept across their relaunches).
     var registeredApps: Set<String> = []
+    /// Registered apps without `external-accessory` now in the background: they
+    /// were told every accessory disconnected and hear nothing until they return.
+    var mutedApps: Set<String> = []
     /// Control connections following `vigilctl accessories watch`.
     var watchers: Set<Int> = []
     let bufferLimit: Int

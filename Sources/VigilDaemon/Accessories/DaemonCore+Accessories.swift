@@ -60,7 +60,7 @@ extension DaemonCore {
         guard let accessory = accessoryState.registry.added(observation) else { return }
         logger.info("accessory connected: \(accessory.info.name) (\(accessory.identity)) at \(node), connection \(accessory.info.connectionID)")
         notifyWatchers("connected", accessory.info)
-        for app in accessoryState.registeredApps.sorted() where canSee(app, accessory.info) {
+        for app in notifiedApps(about: accessory.info) {
             deliverAccessoryEvent(AccessoryEventKind.connected, accessory.info, to: app)
         }
         reopenSessions(for: accessory)
@@ -74,7 +74,7 @@ extension DaemonCore {
             endSession(session.id, reason: "the accessory was unplugged", keepForReopen: session.reopen)
         }
         notifyWatchers("disconnected", accessory.info)
-        for app in accessoryState.registeredApps.sorted() where canSee(app, accessory.info) {
+        for app in notifiedApps(about: accessory.info) {
             // A connect the app has not seen yet and this disconnect cancel out.
             let withdrawn = withEngine { engine, _ in
                 engine.withdraw(from: app, reason: "accessory connection \(id) came and went while the app could not receive it") {
@@ -85,6 +85,11 @@ extension DaemonCore {
                 deliverAccessoryEvent(AccessoryEventKind.disconnected, accessory.info, to: app)
             }
         }
+    }
+
+    /// Registered apps that may see the accessory and are not muted.
+    private func notifiedApps(about accessory: AccessoryInfo) -> [String] {
+        accessoryState.registeredApps.subtracting(accessoryState.mutedApps).sorted().filter { canSee($0, accessory) }
     }
 
     /// Apps see only accessories that speak a protocol their manifest declares.
@@ -125,13 +130,15 @@ extension DaemonCore {
                 for accessory in accessoryState.registry.all where canSee(app, accessory) {
                     deliverAccessoryEvent(AccessoryEventKind.disconnected, accessory, to: app)
                 }
+                accessoryState.mutedApps.insert(app)
             }
-        } else if !old.isForeground && old != .notRunning && new.isForeground, accessoryState.registeredApps.contains(app) {
+        } else if new.isForeground, accessoryState.mutedApps.remove(app) != nil {
             for accessory in accessoryState.registry.all where canSee(app, accessory) {
                 deliverAccessoryEvent(AccessoryEventKind.connected, accessory, to: app)
             }
         }
         if new == .notRunning {
+            accessoryState.mutedApps.remove(app)
             for session in accessoryState.sessions.sessions(heldBy: .app(app)) {
                 endSession(session.id, reason: "the app is no longer running", keepForReopen: false)
             }

@@ -1,0 +1,3 @@
+import GRDB
+import VigilKit
+print("stub")

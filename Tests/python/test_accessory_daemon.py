@@ -1,0 +1,205 @@
+"""Accessories through the real vigild, with udev and the device faked by umockdev.
+
+vigild runs inside a umockdev testbed (Tests/python/accessory_testbed.py) that
+presents a USB CDC-ACM accessory whose node is a pty driven by this test. The
+app is clients/python/example_app.py, launched by vigild. Skipped (not failed)
+when vigild is not built or umockdev is not installed.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "clients", "python"))
+
+from vigil_client import ControlClient, VigilError  # noqa: E402
+
+VIGILD = os.environ.get("VIGILD") or os.path.join(REPO, ".build", "debug", "vigild")
+PYTHON = "/usr/bin/python3"
+EXAMPLE_APP = os.path.join(REPO, "clients", "python", "example_app.py")
+TESTBED = os.path.join(REPO, "Tests", "python", "accessory_testbed.py")
+SENSOR_APP = "org.vigil.test.sensorapp"
+DFU_ONLY_APP = "org.vigil.test.dfuonly"
+
+
+def missing():
+    if not os.path.exists(VIGILD):
+        return f"vigild is not built at {VIGILD}"
+    if not shutil.which("umockdev-wrapper"):
+        return "umockdev is not installed (apt install umockdev gir1.2-umockdev-1.0 python3-gi)"
+    return None
+
+
+@unittest.skipIf(missing(), missing() or "")
+class AccessoryDaemonTests(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="vigil-acc-")
+        os.makedirs(f"{self.dir}/apps")
+        self.socket = f"{self.dir}/vigild.sock"
+        cgroup = ""
+        unified = "/sys/fs/cgroup/unified" if os.path.isdir("/sys/fs/cgroup/unified") else "/sys/fs/cgroup"
+        if os.geteuid() == 0 and os.path.exists(f"{unified}/cgroup.procs"):
+            self.cgroup_root = f"{unified}/vigil-pyacc-{os.getpid()}"
+            cgroup = f'cgroup-root = "{self.cgroup_root}"'
+        else:
+            self.cgroup_root = None
+        with open(f"{self.dir}/vigild.toml", "w") as config:
+            config.write(f'manifest-dirs = ["apps"]\nstate-dir = "state"\nlog-dir = "logs"\n{cgroup}\n'
+                         "[timings]\nsuspend-grace = 0.5\nwake-budget = 3.0\n")
+        self.records = {}
+        for app, declared in ((SENSOR_APP, "org.example.sensor"), (DFU_ONLY_APP, "org.example.dfu")):
+            self.records[app] = f"{self.dir}/{app}.jsonl"
+            with open(f"{self.dir}/apps/{app}.toml", "w") as manifest:
+                manifest.write(
+                    f'id = "{app}"\n'
+                    f'exec = ["{PYTHON}", "{EXAMPLE_APP}", "--record", "{self.records[app]}", '
+                    '"--accessory-protocol", "org.example.sensor"]\n'
+                    'background-modes = ["external-accessory"]\n'
+                    f'accessory-protocols = ["{declared}"]\n')
+        self.daemon_log = open(f"{self.dir}/vigild.log", "w")
+        self.testbed = subprocess.Popen(
+            ["umockdev-wrapper", PYTHON, TESTBED, "--", VIGILD, "--socket", self.socket,
+             "--config", f"{self.dir}/vigild.toml"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.daemon_log, text=True, bufsize=1)
+        self.assertEqual(self.testbed.stdout.readline().strip(), "ready", "the testbed did not start")
+        self.control = self.connect()
+
+    def tearDown(self):
+        try:
+            self.control.close()
+            self.device("quit")
+        except Exception:  # noqa: BLE001 - tear down regardless
+            self.testbed.kill()
+        self.testbed.wait(timeout=20)
+        self.testbed.stdin.close()
+        self.testbed.stdout.close()
+        self.daemon_log.close()
+        if self.cgroup_root and os.path.isdir(self.cgroup_root):
+            for child in os.listdir(self.cgroup_root):
+                path = f"{self.cgroup_root}/{child}"
+                if os.path.isdir(path):
+                    with open(f"{path}/cgroup.kill", "w") as kill:
+                        kill.write("1")
+                    self.wait_until(lambda: "populated 0" in open(f"{path}/cgroup.events").read(), "cgroup empty", 10)
+                    os.rmdir(path)
+            os.rmdir(self.cgroup_root)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # Helpers
+
+    def connect(self):
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                return ControlClient(self.socket)
+            except (OSError, VigilError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def device(self, request):
+        self.testbed.stdin.write(request + "\n")
+        self.testbed.stdin.flush()
+        reply = self.testbed.stdout.readline().strip()
+        self.assertTrue(reply.startswith("ok") or reply.startswith("data"), f"testbed: {request} -> {reply}")
+        return reply
+
+    def wait_until(self, condition, what, timeout=20):
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                self.fail(f"timed out waiting for {what}\n{self.diagnostics()}")
+            time.sleep(0.05)
+
+    def diagnostics(self):
+        parts = []
+        with open(f"{self.dir}/vigild.log") as log:
+            parts.append("vigild log:\n" + "".join(log.readlines()[-30:]))
+        for app, path in self.records.items():
+            parts.append(f"{app} records:\n" + "\n".join(json.dumps(r) for r in self.read(app)[-20:]))
+        return "\n".join(parts)
+
+    def read(self, app):
+        try:
+            with open(self.records[app]) as file:
+                return [json.loads(line) for line in file if line.strip()]
+        except FileNotFoundError:
+            return []
+
+    def events(self, app, kind):
+        return [r for r in self.read(app) if r.get("kind") == "event" and r.get("eventKind") == kind]
+
+    def state(self, app):
+        return next(a for a in self.control.apps() if a["id"] == app)["state"]
+
+    # The test
+
+    def test_accessory_sessions_through_suspension_unplug_and_replug(self):
+        accessories = self.control.accessories()["accessories"]
+        self.assertEqual(len(accessories), 1, accessories)
+        sensor = accessories[0]
+        self.assertEqual((sensor["vendorID"], sensor["productID"], sensor["serialNumber"]), ("1209", "0001", "VGL123"))
+        self.assertEqual(sensor["manufacturer"], "Vigil Labs")
+        self.assertIn("org.example.sensor", sensor["protocolStrings"])
+        self.assertEqual(sensor["deviceNode"], "/dev/ttyACM0")
+        first_id = sensor["connectionID"]
+
+        # The app opens a session, then is suspended in the background.
+        self.control.app_action("launch", SENSOR_APP)
+        self.wait_until(lambda: any(r["kind"] == "sessionOpened" for r in self.read(SENSOR_APP)), "the app's session")
+        session = next(r for r in self.read(SENSOR_APP) if r["kind"] == "sessionOpened")["session"]
+        self.control.app_action("background", SENSOR_APP)
+        self.wait_until(lambda: self.state(SENSOR_APP) == "suspended", "suspension")
+
+        # Data from the device wakes it and arrives intact, in order.
+        burst = b"1,0.500000,3.7\n2,1.000000,7.4\n"
+        self.device("write " + burst.hex())
+        received = lambda: b"".join(bytes.fromhex(e["payloadHex"]) for e in self.events(SENSOR_APP, "session.data"))
+        self.wait_until(lambda: received() == burst, "the burst in the app")
+        self.assertTrue(all(e["attributes"]["session"] == session for e in self.events(SENSOR_APP, "session.data")))
+        wakes = [d for d in self.control.log(app=SENSOR_APP) if d["action"] == "wake"]
+        self.assertTrue(any("session.data" in d["reason"] for d in wakes), wakes)
+
+        # One session per accessory and protocol: another holder is refused by name.
+        with self.assertRaises(VigilError) as refused:
+            self.control.open_session(first_id, "org.example.sensor")
+        self.assertIn(SENSOR_APP, refused.exception.message)
+        # A person's terminal on the other protocol: bytes reach the device.
+        terminal = self.control.open_session(first_id, "org.example.dfu")["session"]
+        self.assertEqual(self.control.write(terminal, b"ping"), 4)
+        self.assertEqual(self.device("read 4"), "data " + b"ping".hex())
+
+        # Unplug: sessions close (the app's waits to reopen), disconnect is delivered.
+        self.device("unplug")
+        self.wait_until(lambda: self.events(SENSOR_APP, "accessory.disconnected"), "accessory.disconnected")
+        closed = self.events(SENSOR_APP, "session.closed")
+        self.assertTrue(closed and closed[-1]["attributes"]["willReopen"], closed)
+        self.assertEqual(self.control.accessories()["accessories"], [])
+
+        # Replug on another node: a new connection id, the session reopens by itself.
+        self.assertEqual(self.device("plug"), "ok /dev/ttyACM1")
+        self.wait_until(lambda: self.events(SENSOR_APP, "session.reopened"), "session.reopened")
+        connected = self.events(SENSOR_APP, "accessory.connected")
+        self.assertTrue(connected, "no accessory.connected after the replug")
+        second_id = connected[-1]["attributes"]["connectionID"]
+        self.assertNotEqual(second_id, first_id)
+        self.assertEqual(self.control.accessories()["accessories"][0]["deviceNode"], "/dev/ttyACM1")
+        more = b"3,1.500000,11.1\n"
+        self.device("write " + more.hex())
+        self.wait_until(lambda: received() == burst + more, "data after the replug")
+
+        # An app whose manifest lacks the protocol is refused a session.
+        self.control.app_action("launch", DFU_ONLY_APP)
+        self.wait_until(lambda: any(r["kind"] == "openFailed" for r in self.read(DFU_ONLY_APP)), "the refusal")
+        failure = next(r for r in self.read(DFU_ONLY_APP) if r["kind"] == "openFailed")
+        self.assertIn("does not declare", failure["error"])
+
+
+if __name__ == "__main__":
+    unittest.main()
