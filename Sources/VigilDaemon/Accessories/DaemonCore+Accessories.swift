@@ -70,7 +70,8 @@ extension DaemonCore {
         guard let accessory = accessoryState.registry.removed(sysPath: sysPath) else { return }
         let id = accessory.info.connectionID
         logger.info("accessory disconnected: \(accessory.info.name), connection \(id)")
-        for session in accessoryState.sessions.sessions(of: id) {
+        // Sessions the hang-up already ended (and kept for reopening) are not ended twice.
+        for session in accessoryState.sessions.sessions(of: id) where accessoryState.ports[session.id] != nil {
             endSession(session.id, reason: "the accessory was unplugged", keepForReopen: session.reopen)
         }
         notifyWatchers("disconnected", accessory.info)
@@ -121,6 +122,15 @@ extension DaemonCore {
     /// sessions close as they leave the foreground, and they hear disconnect
     /// and connect as they leave and return.
     func accessoriesAppStateChanged(_ app: String, from old: AppState, to new: AppState) {
+        if new == .notRunning {
+            // The process that held these sessions is gone; a new one opens its own.
+            // Its unacknowledged data stays queued and is redelivered.
+            accessoryState.mutedApps.remove(app)
+            for session in accessoryState.sessions.sessions(heldBy: .app(app)) {
+                endSession(session.id, reason: "the app is no longer running", keepForReopen: false, notify: false)
+            }
+            return
+        }
         guard let manifest = engine.apps[app]?.manifest, !manifest.backgroundModes.contains(.externalAccessory) else { return }
         if old.isForeground && !new.isForeground {
             for session in accessoryState.sessions.sessions(heldBy: .app(app)) {
@@ -135,12 +145,6 @@ extension DaemonCore {
         } else if new.isForeground, accessoryState.mutedApps.remove(app) != nil {
             for accessory in accessoryState.registry.all where canSee(app, accessory) {
                 deliverAccessoryEvent(AccessoryEventKind.connected, accessory, to: app)
-            }
-        }
-        if new == .notRunning {
-            accessoryState.mutedApps.remove(app)
-            for session in accessoryState.sessions.sessions(heldBy: .app(app)) {
-                endSession(session.id, reason: "the app is no longer running", keepForReopen: false)
             }
         }
     }

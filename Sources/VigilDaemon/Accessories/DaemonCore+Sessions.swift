@@ -58,11 +58,12 @@ extension DaemonCore {
 
     /// Ends a session: closes its port and tells its holder. A session that asked
     /// to reopen stays in the table, waiting for the same accessory to return.
-    func endSession(_ id: Int, reason: String, keepForReopen: Bool) {
+    func endSession(_ id: Int, reason: String, keepForReopen: Bool, notify: Bool = true) {
         guard let record = accessoryState.sessions.sessions[id] else { return }
         closePort(id)
         if !keepForReopen { accessoryState.sessions.close(id) }
         logger.info("session \(id) closed: \(reason)\(keepForReopen ? "; it reopens when the accessory returns" : "")")
+        guard notify else { return }
         switch record.holder {
         case let .app(app):
             let event = QueuedEvent(
