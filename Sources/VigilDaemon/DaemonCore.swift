@@ -103,7 +103,7 @@ actor DaemonCore {
         for directory in [config.stateDirectory, config.logDirectory] {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         }
-        if demo { builtInManifests = DemoDriver.manifests() }
+        if demo { builtInManifests = DemoDriver.manifests(stateDirectory: config.stateDirectory) }
         reloadManifests()
         do {
             engine.restore(try stateStore.load())

@@ -5,17 +5,27 @@ import VigilProtocol
 /// The built-in demo for machines with no accessory attached: runs the sample
 /// app, sends it to the background, and wakes it with a test event now and
 /// then, so the whole lifecycle can be watched in the log and in `vigilctl`.
+/// When the sensor logger example is built beside vigild it runs too, logging
+/// whatever sensor speaks `org.vigil.sensor` (scripts/run-demo attaches a
+/// virtual one) while suspended between bursts.
 enum DemoDriver {
     static let appID = "org.vigil.demo"
+    static let loggerID = "org.vigil.sensor-logger"
 
-    static func manifests() -> [String: AppManifest] {
-        let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-            .deletingLastPathComponent().appendingPathComponent("vigil-demo-app").path
-        return [
+    static func manifests(stateDirectory: String) -> [String: AppManifest] {
+        let binaries = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
+        var manifests = [
             appID: AppManifest(
-                id: appID, exec: [executable], backgroundModes: [.externalAccessory],
+                id: appID, exec: [binaries.appendingPathComponent("vigil-demo-app").path], backgroundModes: [.externalAccessory],
                 environment: ["VIGIL_DEMO_TASK_SECONDS": "2"], path: "<built-in demo>"),
         ]
+        let logger = binaries.appendingPathComponent("vigil-sensor-logger").path
+        if FileManager.default.isExecutableFile(atPath: logger) {
+            manifests[loggerID] = AppManifest(
+                id: loggerID, exec: [logger], backgroundModes: [.externalAccessory], accessoryProtocols: ["org.vigil.sensor"],
+                environment: ["VIGIL_LOGGER_DB": stateDirectory + "/demo-sensor-records.sqlite"], path: "<built-in demo>")
+        }
+        return manifests
     }
 
     /// Launch, background after a few seconds, then a wake every `interval`.
@@ -38,12 +48,15 @@ enum DemoDriver {
 }
 
 extension DaemonCore {
+    /// Applies `action` to every demo app.
     func demoAction(_ action: UserAction) throws {
         try withEngine { engine, now throws(ProtocolError) in
-            switch action {
-            case .launch: try engine.launch(DemoDriver.appID, now: now)
-            case .background: try engine.moveToBackground(DemoDriver.appID, now: now)
-            default: break
+            for app in [DemoDriver.appID, DemoDriver.loggerID] where engine.apps[app] != nil {
+                switch action {
+                case .launch: try engine.launch(app, now: now)
+                case .background: try engine.moveToBackground(app, now: now)
+                default: break
+                }
             }
         }
     }

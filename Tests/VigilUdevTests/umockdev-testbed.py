@@ -40,63 +40,8 @@ except (ImportError, ValueError) as error:
           "install gir1.2-umockdev-1.0 python3-gi umockdev", file=sys.stderr)
     sys.exit(4)
 
-USB = "/sys/devices/pci0000:00/0000:00:14.0/usb1/1-2"
-INTERFACE = USB + "/1-2:1.0"
-BY_ID = "/dev/serial/by-id/usb-Vigil_Labs_Vigil_Sensor_VGL123-if00"
-
-
-def usb_device():
-    return f"""P: {USB[4:]}
-N: bus/usb/001/005
-E: SUBSYSTEM=usb
-E: DEVTYPE=usb_device
-E: DRIVER=usb
-E: BUSNUM=001
-E: DEVNUM=005
-E: PRODUCT=1209/1/102
-A: idVendor=1209
-A: idProduct=0001
-A: serial=VGL123
-A: manufacturer=Vigil Labs
-A: product=Vigil Sensor
-A: bcdDevice=0102
-A: busnum=1
-A: devnum=5
-
-P: {INTERFACE[4:]}
-E: SUBSYSTEM=usb
-E: DEVTYPE=usb_interface
-E: DRIVER=cdc_acm
-A: bInterfaceClass=02
-A: bInterfaceNumber=00
-"""
-
-
-def tty(name, minor):
-    # Properties as udevd's usb_id builtin and udev/70-vigil-accessories.rules set them.
-    return f"""P: {INTERFACE[4:]}/tty/{name}
-N: {name}
-E: SUBSYSTEM=tty
-E: DEVNAME=/dev/{name}
-E: MAJOR=166
-E: MINOR={minor}
-E: ID_BUS=usb
-E: ID_VENDOR_ID=1209
-E: ID_MODEL_ID=0001
-E: ID_SERIAL_SHORT=VGL123
-E: ID_VENDOR_ENC=Vigil\\x20Labs
-E: ID_MODEL_ENC=Vigil\\x20Sensor
-E: ID_REVISION=0102
-E: ID_USB_INTERFACE_NUM=00
-E: ID_USB_DRIVER=cdc_acm
-E: DEVLINKS={BY_ID} /dev/serial/by-path/pci-0000:00:14.0-usb-0:2:1.0
-E: ID_MM_DEVICE_IGNORE=1
-E: VIGIL_ACCESSORY=1
-E: VIGIL_PROTOCOLS=org.example.sensor org.example.dfu
-E: VIGIL_SERIAL=115200 8N1 rtscts
-E: VIGIL_NAME=Vigil Sensor
-"""
-
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lab", "host"))
+from virtual_usb_serial import BY_ID, INTERFACE, USB, tty, usb_device  # noqa: E402,F401
 
 OTHERS = """P: /devices/platform/serial8250/tty/ttyS0
 N: ttyS0

@@ -4,9 +4,9 @@ accessory whose node is backed by a pty this script drives.
 
     umockdev-wrapper /usr/bin/python3 accessory_testbed.py -- COMMAND...
 
-The device is the one of Tests/VigilUdevTests/umockdev-testbed.py (1209:0001,
-serial VGL123, udev properties VIGIL_ACCESSORY=1 and
-VIGIL_PROTOCOLS="org.example.sensor org.example.dfu"). Requests on stdin, one
+The device is lab/host/virtual_usb_serial.py's (1209:0001, serial VGL123,
+udev properties VIGIL_ACCESSORY=1 and VIGIL_PROTOCOLS="org.example.sensor
+org.example.dfu"). Requests on stdin, one
 reply line each on stdout:
 
     write HEX      -> ok           bytes from the device to the host
@@ -16,18 +16,21 @@ reply line each on stdout:
     quit           -> ok           terminate COMMAND and exit
 """
 
-import importlib.util
 import os
 import select
 import signal
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-_spec = importlib.util.spec_from_file_location(
-    "umockdev_testbed", os.path.join(HERE, "..", "VigilUdevTests", "umockdev-testbed.py"))
-devices = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(devices)  # exits 4 with a message if UMockdev is missing
-UMockdev = devices.UMockdev
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lab", "host"))
+import virtual_usb_serial as devices  # noqa: E402
+
+try:
+    import gi
+
+    gi.require_version("UMockdev", "1.0")
+    from gi.repository import UMockdev
+except (ImportError, ValueError) as error:
+    sys.exit(f"accessory_testbed: no UMockdev GI binding ({error}); install gir1.2-umockdev-1.0 python3-gi umockdev")
 
 
 def main():

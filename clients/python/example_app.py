@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -26,6 +27,9 @@ def main():
     parser.add_argument("--accessory-protocol", default=None,
                         help="register for accessory notifications and keep a session open with the "
                              "first accessory speaking this protocol (reopened when it is replugged)")
+    parser.add_argument("--ack-delay", type=float, default=0.0, metavar="SECONDS",
+                        help="wait this long before acknowledging each session.data event: a slow consumer, "
+                             "so that the daemon's session buffer fills (back-pressure tests)")
     options = parser.parse_args()
 
     def record(**fields):
@@ -72,6 +76,8 @@ def main():
                 elif item.kind == "session.closed" and item.attributes.get("session") == session \
                         and not item.attributes.get("willReopen"):
                     session = None
+                if item.kind == "session.data" and options.ack_delay > 0:
+                    time.sleep(options.ack_delay)
                 app.ack(item.seq)
                 # Recorded first: with no task held the daemon freezes the app as soon as it replies.
                 record(kind="finished", seq=item.seq)
