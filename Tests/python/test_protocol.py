@@ -87,6 +87,11 @@ class Daemon:
             os.makedirs(folder, exist_ok=True)
         self.config = os.path.join(root, "vigild.toml")
         cgroup_root = os.environ.get("VIGIL_TEST_CGROUP_ROOT")
+        unified = "/sys/fs/cgroup/unified" if os.path.isdir("/sys/fs/cgroup/unified") else "/sys/fs/cgroup"
+        if cgroup_root is None and os.geteuid() == 0 and os.path.exists(os.path.join(unified, "cgroup.procs")):
+            # A root of its own, removed at the end, rather than the daemon's default.
+            cgroup_root = os.path.join(unified, f"vigil-pytest-{os.getpid()}")
+        self.cgroup_root = cgroup_root
         with open(self.config, "w") as config:
             config.write(DAEMON_CONFIG.format(
                 apps=toml_string(self.apps_dir),
@@ -95,6 +100,22 @@ class Daemon:
                 extra=f"cgroup-root = {toml_string(cgroup_root)}" if cgroup_root else "",
             ))
         self.process = None
+
+    def remove_cgroups(self):
+        """Ends whatever the apps left running and removes the test's cgroup root."""
+        root = self.cgroup_root
+        if not root or os.environ.get("VIGIL_TEST_CGROUP_ROOT") or not os.path.isdir(root):
+            return
+        for child in os.listdir(root):
+            path = os.path.join(root, child)
+            if os.path.isdir(path):
+                with open(os.path.join(path, "cgroup.kill"), "w") as kill:
+                    kill.write("1")
+                deadline = time.monotonic() + 10
+                while "populated 1" in open(os.path.join(path, "cgroup.events")).read() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                os.rmdir(path)
+        os.rmdir(root)
 
     def add_python_app(self, app_id, record_path):
         self.add_app(app_id, [PYTHON, EXAMPLE_APP, "--record", record_path])
@@ -184,6 +205,7 @@ class ProtocolTests(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.daemon.stop()
+        cls.daemon.remove_cgroups()
         cls.tmp.cleanup()
 
     def control(self):
