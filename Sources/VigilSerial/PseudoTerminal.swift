@@ -36,7 +36,7 @@ public final class PseudoTerminal: Sendable {
         var controller: Int32 = -1
         var device: Int32 = -1
         var name = [CChar](repeating: 0, count: 128)
-        try retrying("openpty") { vigil_openpty(&controller, &device, &name, name.count) }
+        try check("openpty") { vigil_openpty(&controller, &device, &name, name.count) }
         _ = Glibc.close(device)
         let path = name.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
         return PseudoTerminal(controller: controller, devicePath: path)

@@ -60,7 +60,7 @@ public final class SerialPort: Sendable {
     /// spawned by the daemon do not inherit it.
     public static func open(path: String, settings: SerialSettings = .default) throws -> SerialPort {
         try settings.validate()
-        let fd = try retrying("open", path: path) { Glibc.open(path, O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC) }
+        let fd = try check("open", path: path) { Glibc.open(path, O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC) }
         var exclusive = true
         if ioctl(fd, UInt(TIOCEXCL)) != 0 {
             let error = errno
@@ -79,16 +79,16 @@ public final class SerialPort: Sendable {
     /// garbled by the change, as on any UART.
     public func apply(_ settings: SerialSettings) throws {
         var current = termios()
-        try retrying("tcgetattr", path: path) { tcgetattr(fd, &current) }
+        try check("tcgetattr", path: path) { tcgetattr(fd, &current) }
         var wanted = try settings.termios(from: current)
-        try retrying("tcsetattr", path: path) { tcsetattr(fd, TCSANOW, &wanted) }
+        try check("tcsetattr", path: path) { tcsetattr(fd, TCSANOW, &wanted) }
     }
 
     /// The settings the driver reports now. On a pty these are not what was
     /// applied: it always says 8 data bits and no parity.
     public func currentSettings() throws -> SerialSettings? {
         var current = termios()
-        try retrying("tcgetattr", path: path) { tcgetattr(fd, &current) }
+        try check("tcgetattr", path: path) { tcgetattr(fd, &current) }
         return SerialSettings(termios: current)
     }
 
@@ -141,7 +141,7 @@ public final class SerialPort: Sendable {
             while !remaining.isEmpty {
                 guard let count = try write(remaining) else {
                     var request = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-                    try retrying("poll", path: path) { poll(&request, 1, -1) }
+                    try check("poll", path: path) { poll(&request, 1, -1) }
                     if request.revents & Int16(POLLHUP | POLLERR) != 0 { throw SerialPortError.hungUp(path: path) }
                     continue
                 }
@@ -165,8 +165,8 @@ public final class SerialPort: Sendable {
     public func queuedBytes() throws -> (input: Int, output: Int) {
         var input: Int32 = 0
         var output: Int32 = 0
-        try retrying("ioctl(TIOCINQ)", path: path) { ioctl(fd, UInt(FIONREAD), &input) }
-        try retrying("ioctl(TIOCOUTQ)", path: path) { ioctl(fd, UInt(TIOCOUTQ), &output) }
+        try check("ioctl(TIOCINQ)", path: path) { ioctl(fd, UInt(FIONREAD), &input) }
+        try check("ioctl(TIOCOUTQ)", path: path) { ioctl(fd, UInt(TIOCOUTQ), &output) }
         return (Int(input), Int(output))
     }
 
@@ -174,7 +174,7 @@ public final class SerialPort: Sendable {
     /// on this non-blocking fd, for as long as flow control holds the line:
     /// never call it on the event loop.
     public func drain() throws {
-        try retrying("tcdrain", path: path) { tcdrain(fd) }
+        try check("tcdrain", path: path) { tcdrain(fd) }
     }
 
     public enum FlushQueue: Sendable {
@@ -188,7 +188,7 @@ public final class SerialPort: Sendable {
         case .output: TCOFLUSH
         case .both: TCIOFLUSH
         }
-        try retrying("tcflush", path: path) { tcflush(fd, selector) }
+        try check("tcflush", path: path) { tcflush(fd, selector) }
     }
 
     /// Idempotent and thread-safe; remove any event-loop watch on `fd` first.
@@ -245,18 +245,3 @@ public struct LineCounters: Sendable, Hashable {
     public var errors: Int { overrun + bufferOverrun + parity + frame }
 }
 
-/// Runs a C call that signals failure with -1 and `errno`, retrying on EINTR.
-/// (VigilSystem's `check` is internal to it.)
-@discardableResult
-func retrying<Result: FixedWidthInteger>(
-    _ operation: String,
-    path: String? = nil,
-    _ call: () -> Result
-) throws(SystemError) -> Result {
-    while true {
-        let result = call()
-        if result != -1 { return result }
-        if errno == EINTR { continue }
-        throw SystemError(Errno(rawValue: errno), operation, path: path)
-    }
-}

@@ -27,9 +27,10 @@ public struct SystemError: Error, Sendable, Hashable, CustomStringConvertible {
 }
 
 /// Runs a C call that signals failure with -1 and `errno`, retrying on EINTR,
-/// because every caller would otherwise repeat the same loop.
+/// because every caller would otherwise repeat the same loop. Package-wide, so
+/// the other wrapper targets (serial, udev) use the same loop.
 @discardableResult
-func check<Result: FixedWidthInteger>(
+package func check<Result: FixedWidthInteger>(
     _ operation: String,
     path: String? = nil,
     _ call: () -> Result

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Back-pressure, no loss (issue 4, lab tier): with session-buffer-limit = 4096
-a suspended app gets a 64 KiB stream from a real USB CDC-ACM gadget.  The app
+a suspended app gets a 96 KiB stream from a real USB CDC-ACM gadget.  The app
 is slow (example_app.py --ack-delay), so the bytes read and not acknowledged
 reach the bound: vigild must stop reading (readingPaused, seen by the control
-client and by `vigilctl accessories --json`), let the tty hold the device back,
-and resume as the app acknowledges.  Every byte must arrive, in order, with no
+client and by `vigilctl accessories --json`), let the tty hold the device back
+(it is still sending when reading pauses, and finishes only as the app
+acknowledges), and resume as the app acknowledges.  Every byte must arrive, in order, with no
 loss reported anywhere."""
 # lab-timeout: 240
 import os
@@ -21,8 +22,8 @@ from accessory_lab import log  # noqa: E402
 APP = "org.vigil.lab.slowapp"
 SERIAL = "VL-ACC-BULK"
 LIMIT = 4096
-TOTAL = 64 * 1024
-ACK_DELAY = 0.5
+TOTAL = 96 * 1024   # well above what the tty and USB buffers of the kernel hold
+ACK_DELAY = 0.3
 # vigild reads the tty in whatever the kernel hands over (n_tty gives at most
 # 4096 bytes a read) and checks the bound before each read: one read past it
 # is the most a correct bound allows.
@@ -52,6 +53,8 @@ class Sampler(threading.Thread):
         self.probe, self.what = probe, what
         self.samples = self.paused = 0
         self.max_buffered = 0
+        self.first_paused = None     # wall clock, comparable with the peer's event times
+        self.bytes_in_at_done = None  # vigild's bytesIn when the device had sent everything
         self.error = None
         self.done = threading.Event()
 
@@ -62,12 +65,17 @@ class Sampler(threading.Thread):
                     if s["session"] == session:
                         self.samples += 1
                         self.paused += bool(s["readingPaused"])
+                        if s["readingPaused"] and self.first_paused is None:
+                            self.first_paused = time.time()
+                        if self.bytes_in_at_done is None and peer is not None and peer.events("done"):
+                            self.bytes_in_at_done = s["bytesIn"]
                         self.max_buffered = max(self.max_buffered, s["bufferedBytes"])
                 time.sleep(0.05)
         except Exception as exc:  # noqa: BLE001 - reported by the test
             self.error = exc
 
 
+peer = None
 probe_client = daemon.connect()
 control_sampler = Sampler(lambda: probe_client.accessories().get("sessions") or [], "control client")
 vigilctl_sampler = Sampler(lambda: daemon.vigilctl("accessories").get("sessions") or [], "vigilctl")
@@ -111,6 +119,16 @@ log(f"{TOTAL} bytes arrived complete and in order in {len(events)} session.data 
 
 if not control_sampler.paused:
     raise LabError(f"the control client never saw readingPaused in {control_sampler.samples} samples")
+first_paused, done_at = control_sampler.first_paused, done["t"]
+if first_paused >= done_at:
+    raise LabError(f"the device had sent everything {first_paused - done_at:.2f}s before reading first paused: "
+                   "the stream did not outgrow the kernel's buffers, nothing held the device back")
+held = control_sampler.bytes_in_at_done
+log(f"reading first paused {done_at - first_paused:.1f}s before the device finished; when it finished vigild "
+    f"had read {held if held is not None else '?'} of {TOTAL} bytes (the rest was in the kernel's tty/USB buffers)")
+wakes = [d for d in daemon.decisions(APP, "wake") if "session.data" in d["reason"]]
+if not wakes:
+    raise LabError("the suspended app was never woken for session.data")
 if not vigilctl_sampler.paused:
     raise LabError(f"vigilctl accessories --json never showed readingPaused in {vigilctl_sampler.samples} samples")
 if len(events) < TOTAL // (LIMIT + ONE_TTY_READ):

@@ -41,7 +41,7 @@ except (ImportError, ValueError) as error:
     sys.exit(4)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lab", "host"))
-from virtual_usb_serial import BY_ID, INTERFACE, USB, tty, usb_device  # noqa: E402,F401
+from virtual_usb_serial import BY_ID, VirtualSerialAccessory  # noqa: E402,F401
 
 OTHERS = """P: /devices/platform/serial8250/tty/ttyS0
 N: ttyS0
@@ -60,12 +60,9 @@ def main():
         sys.exit("usage: umockdev-testbed.py -- COMMAND...")
     command = sys.argv[sys.argv.index("--") + 1:]
     testbed = UMockdev.Testbed.new()
-    testbed.add_from_string(usb_device() + "\n" + tty("ttyACM0", 0) + "\n" + OTHERS)
-    node = "/dev/ttyACM0"
-    # The controller of the pty behind the node. Not inherited: the command
-    # must not hold it, or closing it here would not hang up the node.
-    pty = testbed.get_dev_fd(node)
-    os.set_inheritable(pty, False)
+    testbed.add_from_string(OTHERS)
+    device = VirtualSerialAccessory(testbed)
+    device.plug()
 
     request_read, request_write = os.pipe()
     reply_read, reply_write = os.pipe()
@@ -86,28 +83,14 @@ def main():
             action, _, syspath = argument.partition(" ")
             testbed.uevent(syspath, action)
         elif verb == "write":
-            os.write(pty, bytes.fromhex(argument))
+            device.write(bytes.fromhex(argument))
         elif verb == "read":
-            wanted, data = int(argument), b""
-            while len(data) < wanted and select.select([pty], [], [], 2.0)[0]:
-                data += os.read(pty, wanted - len(data))
-            reply = "data " + data.hex()
+            reply = "data " + device.read(int(argument)).hex()
         elif verb == "unplug":
-            os.close(pty)  # hangs up whoever has the node open
-            # The kernel's order: the tty, its interface, then the device;
-            # sysfs is gone by the time a listener reads the events.
-            removed = (f"{INTERFACE}/tty/{node[5:]}", INTERFACE, USB)
-            for path in removed:
-                testbed.uevent(path, "remove")
-            for path in removed:
-                testbed.remove_device(path)
+            device.unplug()  # hangs up whoever has the node open
         elif verb == "replug":
-            # add_from_string emits "add" for each device: usb_device, interface, tty.
-            testbed.add_from_string(usb_device() + "\n" + tty("ttyACM1", 1))
-            node = "/dev/ttyACM1"
-            pty = testbed.get_dev_fd(node)
-            os.set_inheritable(pty, False)
-            reply = f"ok {INTERFACE}/tty/{node[5:]}"
+            device.plug()  # the same device back as ttyACM1: three adds
+            reply = f"ok {device.tty_syspath}"
         elif verb == "done":
             said_done = True
         else:

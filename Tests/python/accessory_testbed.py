@@ -17,7 +17,6 @@ reply line each on stdout:
 """
 
 import os
-import select
 import signal
 import sys
 
@@ -36,37 +35,21 @@ except (ImportError, ValueError) as error:
 def main():
     command = sys.argv[sys.argv.index("--") + 1:]
     testbed = UMockdev.Testbed.new()
-    number = 0
-    node = f"/dev/ttyACM{number}"
-    testbed.add_from_string(devices.usb_device() + "\n" + devices.tty(f"ttyACM{number}", number))
-    pty = testbed.get_dev_fd(node)
-    os.set_inheritable(pty, False)
+    device = devices.VirtualSerialAccessory(testbed)
+    device.plug()
     child = os.posix_spawn(command[0], command, dict(os.environ, UMOCKDEV_DIR=testbed.get_root_dir()))
     print("ready", flush=True)
     for line in sys.stdin:
         verb, _, argument = line.strip().partition(" ")
         reply = "ok"
         if verb == "write":
-            os.write(pty, bytes.fromhex(argument))
+            device.write(bytes.fromhex(argument))
         elif verb == "read":
-            wanted, data = int(argument), b""
-            while len(data) < wanted and select.select([pty], [], [], 2.0)[0]:
-                data += os.read(pty, wanted - len(data))
-            reply = "data " + data.hex()
+            reply = "data " + device.read(int(argument)).hex()
         elif verb == "unplug":
-            os.close(pty)
-            removed = (f"{devices.INTERFACE}/tty/ttyACM{number}", devices.INTERFACE, devices.USB)
-            for path in removed:
-                testbed.uevent(path, "remove")
-            for path in removed:
-                testbed.remove_device(path)
+            device.unplug()
         elif verb == "plug":
-            number += 1
-            node = f"/dev/ttyACM{number}"
-            testbed.add_from_string(devices.usb_device() + "\n" + devices.tty(f"ttyACM{number}", number))
-            pty = testbed.get_dev_fd(node)
-            os.set_inheritable(pty, False)
-            reply = "ok " + node
+            reply = "ok " + device.plug()
         elif verb == "quit":
             break
         else:

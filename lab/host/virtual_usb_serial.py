@@ -64,3 +64,62 @@ E: VIGIL_PROTOCOLS={protocols}
 E: VIGIL_SERIAL=115200 8N1 rtscts
 E: VIGIL_NAME=Vigil Sensor
 """
+
+
+class VirtualSerialAccessory:
+    """The device's side of the fake accessory in a umockdev testbed: plugs it
+    in (on the next /dev/ttyACMn), writes and reads the pty behind its node, and
+    unplugs it the way the kernel does."""
+
+    def __init__(self, testbed, protocols="org.example.sensor org.example.dfu"):
+        self.testbed = testbed
+        self.protocols = protocols
+        self.number = -1
+        self.pty = None
+
+    @property
+    def node(self):
+        return f"/dev/ttyACM{self.number}"
+
+    @property
+    def tty_syspath(self):
+        return f"{INTERFACE}/tty/ttyACM{self.number}"
+
+    def plug(self):
+        """Adds the device (add_from_string emits the add uevents); returns its node."""
+        import os
+
+        self.number += 1
+        self.testbed.add_from_string(usb_device() + "\n" + tty(f"ttyACM{self.number}", self.number, self.protocols))
+        # Not inherited: closing it here must hang up the node for whoever opened it.
+        self.pty = self.testbed.get_dev_fd(self.node)
+        os.set_inheritable(self.pty, False)
+        return self.node
+
+    def write(self, data):
+        import os
+
+        return os.write(self.pty, data)
+
+    def read(self, count, timeout=2.0):
+        """Up to `count` bytes the host sent, waiting at most `timeout` s between pieces."""
+        import os
+        import select
+
+        data = b""
+        while len(data) < count and select.select([self.pty], [], [], timeout)[0]:
+            data += os.read(self.pty, count - len(data))
+        return data
+
+    def unplug(self):
+        """Hangs up the node, then the remove uevents in the kernel's order (tty,
+        interface, device); sysfs is gone by the time a listener reads them."""
+        import os
+
+        os.close(self.pty)
+        self.pty = None
+        removed = (self.tty_syspath, INTERFACE, USB)
+        for path in removed:
+            self.testbed.uevent(path, "remove")
+        for path in removed:
+            self.testbed.remove_device(path)
