@@ -105,6 +105,12 @@ extension DaemonCore {
     private func portReady(_ session: Int, _ events: IOEvents) {
         guard let port = accessoryState.ports[session] else { return }
         if events.contains(.writable) { flushWrites(session) }
+        if port.readingPaused && (events.contains(.hangup) || events.contains(.error)) {
+            // epoll reports a hang-up even with reading paused; the kernel discards
+            // an unplugged tty's input anyway, so end the session rather than spin.
+            let reopen = accessoryState.sessions.sessions[session]?.reopen ?? false
+            return endSession(session, reason: "the device hung up while the app's buffer was full", keepForReopen: reopen)
+        }
         if events.contains(.readable) || events.contains(.hangup) || events.contains(.error) {
             readPort(session, port)
         }

@@ -1,3 +1,4 @@
+import Foundation
 import VigilProtocol
 
 /// An event waiting for, or delivered to and not yet acknowledged by, an app.
@@ -17,6 +18,30 @@ public struct QueuedEvent: Sendable, Equatable, Codable {
         self.attributes = attributes
         self.payload = payload
         self.wakeMode = wakeMode
+    }
+
+    // The state file stores payloads as base64 (`Data`), not as arrays of
+    // numbers: a session's buffered megabyte stays about a megabyte on disk.
+    enum CodingKeys: String, CodingKey { case seq, kind, attributes, payload, wakeMode, everSent }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        seq = try container.decode(UInt64.self, forKey: .seq)
+        kind = try container.decode(String.self, forKey: .kind)
+        attributes = try container.decode([String: JSONValue].self, forKey: .attributes)
+        payload = [UInt8](try container.decode(Data.self, forKey: .payload))
+        wakeMode = try container.decodeIfPresent(BackgroundMode.self, forKey: .wakeMode)
+        everSent = try container.decode(Bool.self, forKey: .everSent)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(seq, forKey: .seq)
+        try container.encode(kind, forKey: .kind)
+        try container.encode(attributes, forKey: .attributes)
+        try container.encode(Data(payload), forKey: .payload)
+        try container.encodeIfPresent(wakeMode, forKey: .wakeMode)
+        try container.encode(everSent, forKey: .everSent)
     }
 }
 
