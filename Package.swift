@@ -20,6 +20,7 @@ let package = Package(
         .library(name: "VigilKit", targets: ["VigilKit"]),
         .executable(name: "vigil-demo-app", targets: ["VigilDemoApp"]),
         .executable(name: "vigil-bench", targets: ["VigilBench"]),
+        .executable(name: "vigil-accessory-bench", targets: ["AccessoryBench"]),
         .executable(name: "vigil-sensor-logger", targets: ["SensorLogger"]),
     ],
     dependencies: [
@@ -118,6 +119,12 @@ let package = Package(
             name: "VigilBench",
             dependencies: ["VigilKit", "VigilSystem"],
             path: "Sources/Benchmarks/VigilBench",
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "AccessoryBench",
+            dependencies: ["VigilKit", "VigilSerial"],
+            path: "Sources/Benchmarks/AccessoryBench",
             swiftSettings: strict
         ),
 
