@@ -205,9 +205,11 @@ class Daemon:
     def read(self, app: str) -> list[dict]:
         try:
             with open(self.records[app]) as f:
-                return [json.loads(line) for line in f if line.strip()]
+                text = f.read()
         except FileNotFoundError:
             return []
+        # Complete lines only: a long line may be caught while it is written.
+        return [json.loads(line) for line in text.split("\n")[:-1] if line.strip()]
 
     def records_of(self, app: str, kind: str) -> list[dict]:
         return [r for r in self.read(app) if r.get("kind") == kind]
