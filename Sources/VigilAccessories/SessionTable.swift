@@ -43,7 +43,7 @@ public struct SessionTable: Sendable {
             throw ProtocolError(.invalidArgument, "accessory \(accessory.connectionID) (\(accessory.name)) does not speak '\(name)'; it speaks \(accessory.protocolStrings)")
         }
         if let declaredProtocols, !declaredProtocols.contains(name) {
-            throw ProtocolError(.unauthorized, "the app's manifest does not declare accessory protocol '\(name)' (accessory-protocols = \(declaredProtocols))")
+            throw ProtocolError(.notPermitted, "the app's manifest does not declare accessory protocol '\(name)' (accessory-protocols = \(declaredProtocols))")
         }
         if let holderSession = sessions.values.first(where: { $0.connectionID == accessory.connectionID && $0.protocolString == name }) {
             throw ProtocolError(.invalidState, "accessory \(accessory.connectionID) protocol '\(name)' is already held by \(holderSession.holder) (session \(holderSession.id))")

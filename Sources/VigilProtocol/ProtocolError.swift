@@ -16,6 +16,9 @@ public struct ProtocolError: Error, Message, Equatable, CustomStringConvertible 
         case invalidState
         case launchFailed
         case queueFull
+        /// The app may not do this (e.g. open a session for a protocol its
+        /// manifest does not declare); unlike `unauthorized`, not fatal.
+        case notPermitted
         case internalError
         /// A client-side code: the connection to the daemon is gone.
         case disconnected

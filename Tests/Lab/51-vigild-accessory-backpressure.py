@@ -103,8 +103,8 @@ def complete() -> bool:
 
 try:
     daemon.wait(complete, 180, f"all {TOTAL} bytes in the app", interval=0.5)
-    # The last acknowledgement lets vigild resume once more: give both
-    # samplers a look at the final, drained state too.
+    # vigilctl (a Swift binary starting under TCG) samples slowly: make sure
+    # it had its looks before judging what it saw.
     daemon.wait(lambda: vigilctl_sampler.samples >= 2, 60, "vigilctl samples")
 finally:
     control_sampler.done.set()

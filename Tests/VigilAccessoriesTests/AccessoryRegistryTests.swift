@@ -94,7 +94,8 @@ struct SessionTableTests {
         let notSpoken = code { () throws(ProtocolError) in _ = try table.open(holder: .app("org.a"), accessory: accessory.info, identity: accessory.identity, protocol: "org.example.other", declaredProtocols: ["org.example.other"], lineSettings: "", reopen: false) }
         #expect(notSpoken?.code == .invalidArgument)
         let undeclared = code { () throws(ProtocolError) in _ = try table.open(holder: .app("org.a"), accessory: accessory.info, identity: accessory.identity, protocol: "org.example.sensor", declaredProtocols: ["org.example.dfu"], lineSettings: "", reopen: false) }
-        #expect(undeclared?.code == .unauthorized)
+        #expect(undeclared?.code == .notPermitted)
+        #expect(undeclared?.closesConnection == false)
         #expect(undeclared?.message.contains("does not declare") == true)
 
         let first = try table.open(holder: .app("org.a"), accessory: accessory.info, identity: accessory.identity, protocol: "org.example.sensor", declaredProtocols: ["org.example.sensor"], lineSettings: "9600 8N1", reopen: false)

@@ -27,7 +27,7 @@ extension DaemonCore {
         case OpenSession.type:
             let request: OpenSession = try message.decode()
             if let app, let accessory = accessoryState.registry.accessory(request.connectionID)?.info, !canSee(app, accessory) {
-                throw ProtocolError(.unauthorized, "the app's manifest declares none of the protocols of accessory \(request.connectionID) (\(accessory.protocolStrings))", id: message.id)
+                throw ProtocolError(.notPermitted, "the app's manifest declares none of the protocols of accessory \(request.connectionID) (\(accessory.protocolStrings))", id: message.id)
             }
             send(try openSession(request, holder: holder), id: message.id, to: connection)
         case WriteToSession.type:

@@ -125,13 +125,18 @@ extension DaemonCore {
         // A bounded number of reads per readiness, so one busy device cannot
         // starve the loop; epoll is level-triggered and calls again.
         for _ in 0..<16 {
-            if case let .app(app) = record.holder, !canBuffer(session, app: app) {
-                pauseReading(session, port)
-                return
+            var room = buffer.count
+            if case let .app(app) = record.holder {
+                guard canBuffer(session, app: app) else {
+                    pauseReading(session, port)
+                    return
+                }
+                // Never more than the bound: read only what still fits.
+                room = min(room, accessoryState.bufferLimit - bufferedBytes(session, app: app))
             }
             let result: SerialRead
             do {
-                result = try buffer.withUnsafeMutableBytes { try port.port.read(into: $0) }
+                result = try buffer.withUnsafeMutableBytes { try port.port.read(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<room])) }
             } catch {
                 return endSession(session, reason: "read failed: \(error)", keepForReopen: record.reopen)
             }
