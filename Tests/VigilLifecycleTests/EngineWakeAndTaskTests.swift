@@ -52,6 +52,25 @@ struct EngineWakeAndTaskTests {
         #expect(h.app(id).wakes == 2)
     }
 
+    @Test func wakeWithoutAnEventGivesAFreshWindowOnlyToASuspendedApp() throws {
+        let h = Harness()
+        #expect(h.engine.wake(id, reason: "test", now: h.now) == false)  // not running
+        try h.suspended(id)
+        h.advance(100)
+        h.host.clear()
+        let t1 = h.now
+        #expect(h.engine.wake(id, reason: "data held back", now: t1))
+        #expect(h.host.calls.first == .thaw(id))
+        #expect(h.state(id) == .background)
+        #expect(h.app(id).wakes == 1)
+        #expect(h.host.decisions(.wake, for: id).first?.reason.contains("data held back") == true)
+        #expect(h.engine.nextDeadline == t1 + 10 * second)
+        #expect(h.engine.wake(id, reason: "again", now: t1) == false)  // already awake
+        #expect(h.host.thaws(id) == 1)
+        h.advance(to: t1 + 10 * second)
+        #expect(h.state(id) == .suspended)
+    }
+
     @Test func eventWhileRunningInBackgroundExtendsTheWindow() throws {
         let h = Harness()
         let t1 = try woken(h)

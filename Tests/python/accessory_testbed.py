@@ -10,6 +10,9 @@ org.example.dfu"). Requests on stdin, one
 reply line each on stdout:
 
     write HEX      -> ok           bytes from the device to the host
+    feed HEX SECS  -> ok | error   the same, for more than the tty buffers hold:
+                                   waits while the host holds the device back,
+                                   fails if it is held back for SECS in a row
     read COUNT     -> data HEX     bytes the host sent to the device (2 s timeout)
     unplug         -> ok           hang up the node; remove uevents; sysfs goes
     plug           -> ok NODE      the same device back, on the next ttyACMn
@@ -44,6 +47,9 @@ def main():
         reply = "ok"
         if verb == "write":
             device.write(bytes.fromhex(argument))
+        elif verb == "feed":
+            data, _, patience = argument.partition(" ")
+            reply = device.feed(bytes.fromhex(data), float(patience or 30))
         elif verb == "read":
             reply = "data " + device.read(int(argument)).hex()
         elif verb == "unplug":

@@ -37,7 +37,13 @@ def missing():
 
 
 @unittest.skipIf(missing(), missing() or "")
-class AccessoryDaemonTests(unittest.TestCase):
+class AccessoryDaemonHarness(unittest.TestCase):
+    """vigild in a testbed with one accessory and two apps; no tests of its own."""
+
+    timings = "suspend-grace = 0.5\nwake-budget = 3.0\n"
+    daemon_settings = ""
+    app_arguments = ""
+
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="vigil-acc-")
         os.makedirs(f"{self.dir}/apps")
@@ -51,7 +57,7 @@ class AccessoryDaemonTests(unittest.TestCase):
             self.cgroup_root = None
         with open(f"{self.dir}/vigild.toml", "w") as config:
             config.write(f'manifest-dirs = ["apps"]\nstate-dir = "state"\nlog-dir = "logs"\n{cgroup}\n'
-                         "[timings]\nsuspend-grace = 0.5\nwake-budget = 3.0\n")
+                         f"{self.daemon_settings}[timings]\n{self.timings}")
         self.records = {}
         for app, declared in ((SENSOR_APP, "org.example.sensor"), (DFU_ONLY_APP, "org.example.dfu")):
             self.records[app] = f"{self.dir}/{app}.jsonl"
@@ -59,7 +65,7 @@ class AccessoryDaemonTests(unittest.TestCase):
                 manifest.write(
                     f'id = "{app}"\n'
                     f'exec = ["{PYTHON}", "{EXAMPLE_APP}", "--record", "{self.records[app]}", '
-                    '"--accessory-protocol", "org.example.sensor"]\n'
+                    '"--accessory-protocol", "org.example.sensor"' + self.app_arguments + ']\n'
                     'background-modes = ["external-accessory"]\n'
                     f'accessory-protocols = ["{declared}"]\n')
         self.daemon_log = open(f"{self.dir}/vigild.log", "w")
@@ -122,7 +128,9 @@ class AccessoryDaemonTests(unittest.TestCase):
         with open(f"{self.dir}/vigild.log") as log:
             parts.append("vigild log:\n" + "".join(log.readlines()[-30:]))
         for app, path in self.records.items():
-            parts.append(f"{app} records:\n" + "\n".join(json.dumps(r) for r in self.read(app)[-20:]))
+            records = [dict(r, payloadHex=f"<{len(r['payloadHex']) // 2} bytes>") if "payloadHex" in r else r
+                       for r in self.read(app)[-20:]]
+            parts.append(f"{app} records:\n" + "\n".join(json.dumps(r) for r in records))
         return "\n".join(parts)
 
     def read(self, app):
@@ -138,8 +146,8 @@ class AccessoryDaemonTests(unittest.TestCase):
     def state(self, app):
         return next(a for a in self.control.apps() if a["id"] == app)["state"]
 
-    # The test
 
+class AccessoryDaemonTests(AccessoryDaemonHarness):
     def test_accessory_sessions_through_suspension_unplug_and_replug(self):
         accessories = self.control.accessories()["accessories"]
         self.assertEqual(len(accessories), 1, accessories)
@@ -199,6 +207,33 @@ class AccessoryDaemonTests(unittest.TestCase):
         self.wait_until(lambda: any(r["kind"] == "openFailed" for r in self.read(DFU_ONLY_APP)), "the refusal")
         failure = next(r for r in self.read(DFU_ONLY_APP) if r["kind"] == "openFailed")
         self.assertIn("does not declare", failure["error"])
+
+
+class SlowConsumerTests(AccessoryDaemonHarness):
+    """An app slower than its device: a small session buffer, a short window,
+    and an app that takes a while to acknowledge each piece of data."""
+
+    timings = "suspend-grace = 0.5\nwake-budget = 1.0\n"
+    daemon_settings = "session-buffer-limit = 4096\n"
+    app_arguments = ', "--ack-delay", "1.5"'
+
+    def test_a_window_that_ends_with_data_held_back_does_not_stall_the_session(self):
+        # Regression: the window ended while the app held unacknowledged data and
+        # reading was paused; no new data could arrive to wake it, so it never
+        # woke again and the device stayed held back for good.
+        self.control.app_action("launch", SENSOR_APP)
+        self.wait_until(lambda: any(r["kind"] == "sessionOpened" for r in self.read(SENSOR_APP)), "the app's session")
+        self.control.app_action("background", SENSOR_APP)
+        self.wait_until(lambda: self.state(SENSOR_APP) == "suspended", "suspension")
+
+        stream = bytes((i * 7 + i // 256) % 251 for i in range(12 * 1024))
+        self.assertEqual(self.device(f"feed {stream.hex()} 30"), "ok")
+        received = lambda: b"".join(bytes.fromhex(e["payloadHex"]) for e in self.events(SENSOR_APP, "session.data"))
+        self.wait_until(lambda: len(received()) >= len(stream), "the whole stream in the app", timeout=90)
+        self.assertEqual(received(), stream, "bytes lost, repeated or reordered")
+        held_back = [d for d in self.control.log(app=SENSOR_APP)
+                     if d["action"] == "wake" and "holds data back" in d["reason"]]
+        self.assertTrue(held_back, "the app was never woken for held-back data, so the test did not exercise it")
 
 
 if __name__ == "__main__":

@@ -101,6 +101,27 @@ class VirtualSerialAccessory:
 
         return os.write(self.pty, data)
 
+    def feed(self, data, patience=30.0):
+        """Writes all of `data`, waiting while the host's flow control holds the
+        device back; gives up if nothing moves for `patience` s. Returns "ok" or
+        an "error ..." line saying how far it got."""
+        import os
+        import select
+
+        os.set_blocking(self.pty, False)
+        sent = 0
+        try:
+            while sent < len(data):
+                if not select.select([], [self.pty], [], patience)[1]:
+                    return f"error held back for {patience:g} s after {sent} of {len(data)} bytes"
+                try:
+                    sent += os.write(self.pty, data[sent:sent + 1024])
+                except BlockingIOError:
+                    pass
+        finally:
+            os.set_blocking(self.pty, True)
+        return "ok"
+
     def read(self, count, timeout=2.0):
         """Up to `count` bytes the host sent, waiting at most `timeout` s between pieces."""
         import os

@@ -39,6 +39,8 @@ final class OpenPort {
     var pendingWrites: [PendingWrite] = []
     var bytesIn: UInt64 = 0
     var bytesOut: UInt64 = 0
+    /// `bytesIn` when the app was last woken for held-back data (see `wakeIfHeldBack`).
+    var bytesInAtHeldBackWake: UInt64?
     /// Counters at open, so loss is reported as it grows.
     var baseline: LineCounters?
     var reported: LineCounters?

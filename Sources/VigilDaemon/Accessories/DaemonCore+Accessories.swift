@@ -131,6 +131,7 @@ extension DaemonCore {
             }
             return
         }
+        if new == .suspended { wakeIfHeldBack(app) }
         guard let manifest = engine.apps[app]?.manifest, !manifest.backgroundModes.contains(.externalAccessory) else { return }
         if old.isForeground && !new.isForeground {
             for session in accessoryState.sessions.sessions(heldBy: .app(app)) {

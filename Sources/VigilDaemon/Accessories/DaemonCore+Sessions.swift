@@ -209,6 +209,31 @@ extension DaemonCore {
         }
     }
 
+    /// An app suspended while one of its sessions is paused would never wake
+    /// again: reading resumes only on its acknowledgement, and no new data can
+    /// arrive to wake it. The held-back data counts as data arriving, so the
+    /// app gets a fresh window to acknowledge; but only if it made progress
+    /// since the last such wake, so a hung app is not woken in a loop.
+    func wakeIfHeldBack(_ app: String) {
+        for record in accessoryState.sessions.sessions(heldBy: .app(app)) {
+            guard let port = accessoryState.ports[record.id], port.readingPaused else { continue }
+            if port.bytesInAtHeldBackWake == port.bytesIn {
+                logger.warning("session \(record.id): \(app) acknowledged nothing during its last window; not woken again until other work arrives")
+                continue
+            }
+            port.bytesInAtHeldBackWake = port.bytesIn
+            // After the current engine call: the engine is mid-transition.
+            loop.execute { [unowned self] in
+                self.assumeIsolated { core in
+                    core.withEngine { engine, now in
+                        _ = engine.wake(app, reason: "session \(record.id) holds data back until its buffer is acknowledged", now: now)
+                    }
+                }
+            }
+            return
+        }
+    }
+
     /// Loss the kernel or UART counted since the last report goes to the holder:
     /// counted and reported, never silent.
     private func reportLoss(_ session: Int, _ port: OpenPort, _ record: SessionRecord) {

@@ -78,14 +78,7 @@ extension LifecycleEngine {
                 decide(id, .queue, "'\(event.kind)' queued behind seq \(head.seq) ('\(head.kind)'), which waits for the foreground")
                 return .queued
             }
-            host.thaw(id)
-            update(id) {
-                $0.state = .background
-                $0.wakes += 1
-            }
-            beginBackgroundStretch(id, now: now, window: timings.wakeBudget)
-            decide(id, .wake, "woken for '\(event.kind)' (seq \(event.seq)): \(seconds(timings.wakeBudget)) to process")
-            flush(id)
+            resume(id, now: now, reason: "woken for '\(event.kind)' (seq \(event.seq))")
             return .woke
         case .notRunning:
             guard canRelaunch(app, for: event) else { return .queued }
@@ -99,6 +92,28 @@ extension LifecycleEngine {
                 return .queued
             }
         }
+    }
+
+    /// Wakes a suspended app for work that is not a new event: a source holding
+    /// data back until the app acknowledges what it was sent (see the daemon's
+    /// sessions). Returns false, doing nothing, unless the app is suspended.
+    @discardableResult
+    public func wake(_ id: String, reason: String, now: UInt64) -> Bool {
+        guard apps[id]?.state == .suspended else { return false }
+        resume(id, now: now, reason: "woken: " + reason)
+        return true
+    }
+
+    /// Suspended to background with a fresh processing window; sends what waits.
+    private func resume(_ id: String, now: UInt64, reason: String) {
+        host.thaw(id)
+        update(id) {
+            $0.state = .background
+            $0.wakes += 1
+        }
+        beginBackgroundStretch(id, now: now, window: timings.wakeBudget)
+        decide(id, .wake, "\(reason): \(seconds(timings.wakeBudget)) to process")
+        flush(id)
     }
 
     /// Whether an event may launch a stopped app, logging why not.
