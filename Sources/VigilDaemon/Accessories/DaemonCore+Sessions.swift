@@ -156,18 +156,29 @@ extension DaemonCore {
         reportLoss(session, port, record)
     }
 
+    /// The largest session.data event: well within a frame's body limit, and
+    /// small enough that a consumer gets its first bytes soon.
+    static let maxDataEventBytes = 256 * 1024
+
     private func deliverData(_ bytes: [UInt8], session: Int, holder: SessionHolder) {
         switch holder {
         case let .control(connectionID):
             if let connection = connections[connectionID] { send(SessionData(session: session), body: bytes, to: connection) }
         case let .app(app):
             let tag = JSONValue.number(Double(session))
+            let stream = "session.data/\(session)"
             withEngine { engine, now in
-                // A burst becomes one event: one wake, not one per read.
-                if engine.merge(bytes, into: app, if: { $0.kind == AccessoryEventKind.data && $0.attributes["session"] == tag }) != nil {
-                    return
-                }
-                let event = QueuedEvent(kind: AccessoryEventKind.data, attributes: ["session": tag], payload: bytes, wakeMode: .externalAccessory)
+                // A burst becomes one event: one wake, not one per read. While
+                // the app handles one event of this session the next grows here
+                // (the stream is paced by its acknowledgements), up to the size
+                // of one frame.
+                let merged = engine.merge(bytes, into: app, if: {
+                    $0.stream == stream && $0.payload.count + bytes.count <= Self.maxDataEventBytes
+                }, now: now)
+                if merged != nil { return }
+                let event = QueuedEvent(
+                    kind: AccessoryEventKind.data, attributes: ["session": tag], payload: bytes, wakeMode: .externalAccessory,
+                    stream: stream)
                 do {
                     try engine.deliver(event, to: app, canBeHeldBack: true, now: now)
                 } catch {

@@ -11,18 +11,27 @@ public struct QueuedEvent: Sendable, Equatable, Codable {
     public var wakeMode: BackgroundMode?
     /// Whether some process of the app was sent this event already.
     public var everSent = false
+    /// Events of one stream (e.g. one session's data) go one at a time: the next
+    /// is sent once the app acknowledges the one before, and grows by merging
+    /// meanwhile. A fast stream thus becomes a few large events, paced by the
+    /// app, instead of one per read. Nil: sent as soon as it may be.
+    public var stream: String?
 
-    public init(kind: String, attributes: [String: JSONValue] = [:], payload: [UInt8] = [], wakeMode: BackgroundMode? = nil) {
+    public init(
+        kind: String, attributes: [String: JSONValue] = [:], payload: [UInt8] = [], wakeMode: BackgroundMode? = nil,
+        stream: String? = nil
+    ) {
         self.seq = 0
         self.kind = kind
         self.attributes = attributes
         self.payload = payload
         self.wakeMode = wakeMode
+        self.stream = stream
     }
 
     // The state file stores payloads as base64 (`Data`), not as arrays of
     // numbers: a session's buffered megabyte stays about a megabyte on disk.
-    enum CodingKeys: String, CodingKey { case seq, kind, attributes, payload, wakeMode, everSent }
+    enum CodingKeys: String, CodingKey { case seq, kind, attributes, payload, wakeMode, everSent, stream }
 
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
@@ -32,6 +41,7 @@ public struct QueuedEvent: Sendable, Equatable, Codable {
         payload = [UInt8](try container.decode(Data.self, forKey: .payload))
         wakeMode = try container.decodeIfPresent(BackgroundMode.self, forKey: .wakeMode)
         everSent = try container.decode(Bool.self, forKey: .everSent)
+        stream = try container.decodeIfPresent(String.self, forKey: .stream)
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -42,6 +52,7 @@ public struct QueuedEvent: Sendable, Equatable, Codable {
         try container.encode(Data(payload), forKey: .payload)
         try container.encodeIfPresent(wakeMode, forKey: .wakeMode)
         try container.encode(everSent, forKey: .everSent)
+        try container.encodeIfPresent(stream, forKey: .stream)
     }
 }
 
@@ -101,9 +112,17 @@ public struct EventQueue: Sendable {
     /// Appends `bytes` to the payload of the last event if it is still unsent
     /// and `matches` it (a burst of data becomes one event); false otherwise.
     public mutating func mergeIntoLastUnsent(_ bytes: [UInt8], if matches: (QueuedEvent) -> Bool) -> UInt64? {
-        guard sentCount < events.count, let last = events.last, matches(last) else { return nil }
-        events[events.count - 1].payload.append(contentsOf: bytes)
-        return last.seq
+        let last = events.count - 1
+        guard sentCount <= last, matches(events[last]) else { return nil }
+        // In place: holding a copy of the event here would copy the whole
+        // payload on every merge (quadratic for a long burst).
+        events[last].payload.append(contentsOf: bytes)
+        return events[last].seq
+    }
+
+    /// Whether an event of `stream` was sent and not yet acknowledged.
+    public func hasInFlight(stream: String) -> Bool {
+        events[..<sentCount].contains { $0.stream == stream }
     }
 
     /// Removes unsent events that match; returns them. Used to coalesce (a connect

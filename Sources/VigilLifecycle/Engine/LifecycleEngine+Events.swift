@@ -42,13 +42,13 @@ extension LifecycleEngine {
 
     /// The first event not yet sent, if the app may not receive it in the
     /// background: later events wait behind it, so waking the app is pointless.
-    private func blockingHead(of app: AppRecord) -> QueuedEvent? {
+    func blockingHead(of app: AppRecord) -> QueuedEvent? {
         guard let head = app.queue.peekNextUnsent(), !app.manifest.mayBeWoken(for: head.wakeMode) else { return nil }
         return head
     }
 
     /// Decides what an event does to the app's state.
-    private func route(_ event: QueuedEvent, to id: String, now: UInt64) -> Disposition {
+    func route(_ event: QueuedEvent, to id: String, now: UInt64) -> Disposition {
         guard let app = apps[id] else { return .queued }
         switch app.state {
         case .active, .inactive:
@@ -162,10 +162,12 @@ extension LifecycleEngine {
     }
 
     /// Sends every event the app may receive now, in order. Stops at the first
-    /// one it may not receive yet, so order is never broken.
+    /// one it may not receive yet, or whose stream has an event in flight, so
+    /// order is never broken.
     func flush(_ id: String) {
         while let app = apps[id], app.connected, app.state.isRunning,
-              let next = app.queue.peekNextUnsent(), app.mayReceive(next) {
+              let next = app.queue.peekNextUnsent(), app.mayReceive(next),
+              !(next.stream.map(app.queue.hasInFlight(stream:)) ?? false) {
             var queue = app.queue
             guard let (event, redelivered) = queue.takeNextUnsent() else { return }
             update(id) { $0.queue = queue }
