@@ -20,8 +20,23 @@ public struct ProtocolError: Error, Message, Equatable, CustomStringConvertible 
         /// manifest does not declare); unlike `unauthorized`, not fatal.
         case notPermitted
         case internalError
+        /// Bluetooth cannot be used now: no adapter, powered off, bluetoothd not running.
+        case unavailable
+        /// No such peripheral, service or characteristic (as far as BlueZ knows now).
+        case notFound
+        /// The operation needs a connection the app does not have (yet).
+        case notConnected
+        /// The device or BlueZ refused the operation; the message names BlueZ's error.
+        case deviceError
         /// A client-side code: the connection to the daemon is gone.
         case disconnected
+        /// A code this client does not know (a newer daemon's): per request, not fatal.
+        case unrecognized
+
+        public init(from decoder: any Decoder) throws {
+            let raw = try decoder.singleValueContainer().decode(String.self)
+            self = Code(rawValue: raw) ?? .unrecognized
+        }
     }
 
     public var code: Code
