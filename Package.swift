@@ -3,7 +3,8 @@
 //
 // Targets are layered; dependencies point down only:
 //   C shims / system libraries  CVigilShim
-//   typed system wrappers        VigilSystem (event loop, sockets, cgroups, spawn)
+//   typed system wrappers        VigilSystem (event loop, sockets, cgroups, spawn),
+//                                VigilUdev, VigilSerial, VigilDBus
 //   wire format                  VigilProtocol
 //   domain                       VigilLifecycle (manifests, config, lifecycle engine)
 //   daemon, client, CLI          VigilDaemon + vigild, VigilKit, vigilctl, examples
@@ -133,6 +134,11 @@ let package = Package(
         .target(name: "VigilUdev", dependencies: ["CUdev", "VigilSystem"], swiftSettings: strict),
         .target(name: "VigilSerial", dependencies: ["CVigilShim", "VigilSystem"], swiftSettings: strict),
 
+        // D-Bus: libdbus-1 (CDBus) driven by the EventLoop, with typed values,
+        // calls, signals, exported objects and fd passing (VigilDBus).
+        .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
+        .target(name: "VigilDBus", dependencies: ["CDBus", "VigilSystem"], swiftSettings: strict),
+
         .testTarget(name: "VigilSystemTests", dependencies: ["VigilSystem"], swiftSettings: strict),
         .testTarget(name: "VigilProtocolTests", dependencies: ["VigilProtocol"], swiftSettings: strict),
         .testTarget(name: "VigilLifecycleTests", dependencies: ["VigilLifecycle"], swiftSettings: strict),
@@ -144,6 +150,7 @@ let package = Package(
             exclude: ["umockdev-testbed.py"],
             swiftSettings: strict
         ),
+        .testTarget(name: "VigilDBusTests", dependencies: ["VigilDBus", "VigilSystem"], swiftSettings: strict),
         .testTarget(name: "SensorLoggerTests", dependencies: ["SensorLogger"], swiftSettings: strict),
         .testTarget(
             name: "VigilIntegrationTests",
