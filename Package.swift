@@ -6,7 +6,8 @@
 //   typed system wrappers        VigilSystem (event loop, sockets, cgroups, spawn),
 //                                VigilUdev, VigilSerial, VigilDBus
 //   wire format                  VigilProtocol
-//   domain                       VigilLifecycle (manifests, config, lifecycle engine)
+//   domain                       VigilLifecycle (manifests, config, lifecycle engine),
+//                                VigilAccessories, VigilBluetooth
 //   daemon, client, CLI          VigilDaemon + vigild, VigilKit, vigilctl, examples
 import PackageDescription
 
@@ -23,6 +24,7 @@ let package = Package(
         .executable(name: "vigil-bench", targets: ["VigilBench"]),
         .executable(name: "vigil-accessory-bench", targets: ["AccessoryBench"]),
         .executable(name: "vigil-sensor-logger", targets: ["SensorLogger"]),
+        .executable(name: "vigil-hrm-bridge", targets: ["HeartRateBridge"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -115,6 +117,12 @@ let package = Package(
             path: "Sources/Examples/SensorLogger",
             swiftSettings: strict
         ),
+        .executableTarget(
+            name: "HeartRateBridge",
+            dependencies: ["VigilKit"],
+            path: "Sources/Examples/HeartRateBridge",
+            swiftSettings: strict
+        ),
         // Benchmarks print figures (ratios against a baseline of the same run); they assert nothing.
         .executableTarget(
             name: "VigilBench",
@@ -139,6 +147,10 @@ let package = Package(
         .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
         .target(name: "VigilDBus", dependencies: ["CDBus", "VigilSystem"], swiftSettings: strict),
 
+        // The Bluetooth LE domain: one mirror of BlueZ's object tree, and the
+        // central role shared by every app (scans, links, subscriptions).
+        .target(name: "VigilBluetooth", dependencies: ["VigilDBus", "VigilProtocol", "VigilSystem"], swiftSettings: strict),
+
         .testTarget(name: "VigilSystemTests", dependencies: ["VigilSystem"], swiftSettings: strict),
         .testTarget(name: "VigilProtocolTests", dependencies: ["VigilProtocol"], swiftSettings: strict),
         .testTarget(name: "VigilLifecycleTests", dependencies: ["VigilLifecycle"], swiftSettings: strict),
@@ -150,7 +162,9 @@ let package = Package(
             exclude: ["umockdev-testbed.py"],
             swiftSettings: strict
         ),
+        .testTarget(name: "VigilBluetoothTests", dependencies: ["VigilBluetooth", "VigilDBus", "VigilSystem"], swiftSettings: strict),
         .testTarget(name: "VigilDBusTests", dependencies: ["VigilDBus", "VigilSystem"], swiftSettings: strict),
+        .testTarget(name: "HeartRateBridgeTests", dependencies: ["HeartRateBridge"], swiftSettings: strict),
         .testTarget(name: "SensorLoggerTests", dependencies: ["SensorLogger"], swiftSettings: strict),
         .testTarget(
             name: "VigilIntegrationTests",

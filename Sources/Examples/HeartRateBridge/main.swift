@@ -1,0 +1,1 @@
+print("vigil-hrm-bridge: not built yet")

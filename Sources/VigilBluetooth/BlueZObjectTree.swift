@@ -1,0 +1,120 @@
+import VigilDBus
+
+/// The one mirror of BlueZ's object tree: every object under /org/bluez with
+/// its interfaces and their properties, as GetManagedObjects gave them and the
+/// signals since changed them. Everything else reads it; nothing keeps a
+/// proxy of its own that could point at a dead object after a restart.
+///
+/// A plain value: the client applies signals to it in arrival order.
+public struct BlueZObjectTree: Sendable, Equatable {
+    /// path -> interface -> property -> value.
+    public private(set) var objects: [ObjectPath: [String: [String: DBusValue]]] = [:]
+
+    public init() {}
+
+    /// From the reply of ObjectManager.GetManagedObjects (`a{oa{sa{sv}}}`).
+    public init(managedObjects: DBusValue) {
+        for (path, interfaces) in managedObjects.dictionaryObjectPathKeyed ?? [:] {
+            objects[path] = Self.interfaces(interfaces)
+        }
+    }
+
+    static func interfaces(_ value: DBusValue) -> [String: [String: DBusValue]] {
+        var result: [String: [String: DBusValue]] = [:]
+        for (name, properties) in value.dictionaryStringKeyed ?? [:] {
+            result[name] = (properties.dictionaryStringVariant ?? [:]).mapValues(\.unwrapped)
+        }
+        return result
+    }
+
+    // MARK: Signals
+
+    /// InterfacesAdded(o path, a{sa{sv}} interfaces).
+    public mutating func interfacesAdded(_ path: ObjectPath, _ interfaces: DBusValue) {
+        objects[path, default: [:]].merge(Self.interfaces(interfaces)) { _, new in new }
+    }
+
+    /// InterfacesRemoved(o path, as interfaces): the object goes with its last interface.
+    public mutating func interfacesRemoved(_ path: ObjectPath, _ names: [String]) {
+        for name in names { objects[path]?[name] = nil }
+        if objects[path]?.isEmpty == true { objects[path] = nil }
+    }
+
+    /// PropertiesChanged(s interface, a{sv} changed, as invalidated) on `path`.
+    /// Ignored for objects or interfaces the tree does not have (a signal
+    /// racing an InterfacesRemoved).
+    public mutating func propertiesChanged(_ path: ObjectPath, interface: String, changed: [String: DBusValue], invalidated: [String]) {
+        guard objects[path]?[interface] != nil else { return }
+        for (name, value) in changed { objects[path]![interface]![name] = value.unwrapped }
+        for name in invalidated { objects[path]![interface]![name] = nil }
+    }
+
+    // MARK: Reading
+
+    public func properties(_ path: ObjectPath, _ interface: String) -> [String: DBusValue]? {
+        objects[path]?[interface]
+    }
+
+    public func paths(with interface: String) -> [ObjectPath] {
+        objects.compactMap { $0.value[interface] != nil ? $0.key : nil }.sorted()
+    }
+
+    public var adapters: [AdapterView] {
+        paths(with: BlueZ.adapter).compactMap(adapter(at:))
+    }
+
+    public func adapter(at path: ObjectPath) -> AdapterView? {
+        properties(path, BlueZ.adapter).map { AdapterView(path: path, properties: $0) }
+    }
+
+    public var devices: [DeviceView] {
+        paths(with: BlueZ.device).compactMap(device(at:))
+    }
+
+    public func device(at path: ObjectPath) -> DeviceView? {
+        properties(path, BlueZ.device).map { DeviceView(path: path, properties: $0) }
+    }
+
+    /// The device with this address (on the first adapter that has it).
+    public func device(address: String) -> DeviceView? {
+        let wanted = address.uppercased()
+        return devices.first { $0.address == wanted }
+    }
+
+    public func services(of device: ObjectPath) -> [GattServiceView] {
+        paths(with: BlueZ.gattService).compactMap { path in
+            guard let properties = properties(path, BlueZ.gattService) else { return nil }
+            let service = GattServiceView(path: path, properties: properties)
+            return service.device == device ? service : nil
+        }
+    }
+
+    public func characteristics(of service: ObjectPath) -> [GattCharacteristicView] {
+        paths(with: BlueZ.gattCharacteristic).compactMap { path in
+            guard let properties = properties(path, BlueZ.gattCharacteristic) else { return nil }
+            let characteristic = GattCharacteristicView(path: path, properties: properties)
+            return characteristic.service == service ? characteristic : nil
+        }
+    }
+
+    public func characteristic(at path: ObjectPath) -> GattCharacteristicView? {
+        properties(path, BlueZ.gattCharacteristic).map { GattCharacteristicView(path: path, properties: $0) }
+    }
+
+    public func descriptors(of characteristic: ObjectPath) -> [GattDescriptorView] {
+        paths(with: BlueZ.gattDescriptor).compactMap { path in
+            guard let properties = properties(path, BlueZ.gattDescriptor) else { return nil }
+            let descriptor = GattDescriptorView(path: path, properties: properties)
+            return descriptor.characteristic == characteristic ? descriptor : nil
+        }
+    }
+
+    /// The characteristic of `device` with these UUIDs (canonical form); the
+    /// first by path if a service or characteristic appears twice.
+    public func characteristic(of device: ObjectPath, service: String, characteristic: String) -> GattCharacteristicView? {
+        for candidate in services(of: device) where candidate.uuid == service {
+            if let found = characteristics(of: candidate.path).first(where: { $0.uuid == characteristic }) { return found }
+        }
+        return nil
+    }
+}

@@ -1,0 +1,85 @@
+import VigilDBus
+
+/// Typed reads of one object's properties in the mirror. Missing or mistyped
+/// properties read as absent, never as a crash: BlueZ versions differ.
+
+public struct AdapterView: Sendable, Equatable {
+    public let path: ObjectPath
+    public let properties: [String: DBusValue]
+    public var address: String { properties["Address"]?.string ?? "" }
+    public var powered: Bool { properties["Powered"]?.bool ?? false }
+    public var discovering: Bool { properties["Discovering"]?.bool ?? false }
+    /// "hci0".
+    public var name: String { path.rawValue.split(separator: "/").last.map(String.init) ?? path.rawValue }
+}
+
+public struct DeviceView: Sendable, Equatable {
+    public let path: ObjectPath
+    public let properties: [String: DBusValue]
+    public var address: String { (properties["Address"]?.string ?? "").uppercased() }
+    public var addressType: String { properties["AddressType"]?.string ?? "public" }
+    public var name: String? { properties["Name"]?.string ?? properties["Alias"]?.string }
+    public var adapter: ObjectPath? { properties["Adapter"]?.objectPath }
+    public var rssi: Int? { properties["RSSI"]?.int16.map(Int.init) }
+    public var txPower: Int? { properties["TxPower"]?.int16.map(Int.init) }
+    public var connected: Bool { properties["Connected"]?.bool ?? false }
+    public var servicesResolved: Bool { properties["ServicesResolved"]?.bool ?? false }
+    public var serviceUUIDs: [String] { (properties["UUIDs"]?.strings ?? []).compactMap(BluetoothUUID.normalize) }
+
+    /// Company id (decimal) -> data (hex), from `ManufacturerData` (a{qv}).
+    public var manufacturerData: [String: String] {
+        var result: [String: String] = [:]
+        for entry in properties["ManufacturerData"]?.dictionaryEntries ?? [] {
+            guard let company = entry.key.uint16, let data = entry.value.unwrapped.bytes else { continue }
+            result[String(company)] = hex(data)
+        }
+        return result
+    }
+
+    /// Service UUID -> data (hex), from `ServiceData` (a{sv}).
+    public var serviceData: [String: String] {
+        var result: [String: String] = [:]
+        for (uuid, value) in properties["ServiceData"]?.dictionaryStringVariant ?? [:] {
+            guard let data = value.unwrapped.bytes else { continue }
+            result[BluetoothUUID.normalize(uuid) ?? uuid] = hex(data)
+        }
+        return result
+    }
+}
+
+public struct GattServiceView: Sendable, Equatable {
+    public let path: ObjectPath
+    public let properties: [String: DBusValue]
+    public var uuid: String { BluetoothUUID.normalize(properties["UUID"]?.string ?? "") ?? "" }
+    public var primary: Bool { properties["Primary"]?.bool ?? true }
+    public var device: ObjectPath? { properties["Device"]?.objectPath }
+}
+
+public struct GattCharacteristicView: Sendable, Equatable {
+    public let path: ObjectPath
+    public let properties: [String: DBusValue]
+    public var uuid: String { BluetoothUUID.normalize(properties["UUID"]?.string ?? "") ?? "" }
+    public var service: ObjectPath? { properties["Service"]?.objectPath }
+    public var flags: [String] { properties["Flags"]?.strings ?? [] }
+    public var notifying: Bool { properties["Notifying"]?.bool ?? false }
+    public var value: [UInt8]? { properties["Value"]?.bytes }
+    public var mtu: Int? { properties["MTU"]?.uint16.map(Int.init) }
+}
+
+public struct GattDescriptorView: Sendable, Equatable {
+    public let path: ObjectPath
+    public let properties: [String: DBusValue]
+    public var uuid: String { BluetoothUUID.normalize(properties["UUID"]?.string ?? "") ?? "" }
+    public var characteristic: ObjectPath? { properties["Characteristic"]?.objectPath }
+}
+
+func hex(_ bytes: [UInt8]) -> String {
+    let digits = Array("0123456789abcdef")
+    var text = ""
+    text.reserveCapacity(bytes.count * 2)
+    for byte in bytes {
+        text.append(digits[Int(byte >> 4)])
+        text.append(digits[Int(byte & 0xf)])
+    }
+    return text
+}

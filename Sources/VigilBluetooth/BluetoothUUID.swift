@@ -1,0 +1,33 @@
+/// Bluetooth UUIDs in the one form the daemon compares and sends: lowercase,
+/// 128-bit, hyphenated ("0000180d-0000-1000-8000-00805f9b34fb").
+///
+/// Apps and people write 16- or 32-bit short forms ("180D", "0x2a37"); BlueZ
+/// always reports the full form. Normalising at every entry point means a
+/// comparison is a string equality, never a guess.
+public enum BluetoothUUID {
+    static let baseSuffix = "-0000-1000-8000-00805f9b34fb"
+
+    /// The canonical form of `text`, or nil if it is not a Bluetooth UUID.
+    public static func normalize(_ text: String) -> String? {
+        var hex = text.lowercased()
+        if hex.hasPrefix("0x") { hex.removeFirst(2) }
+        guard !hex.isEmpty, hex.allSatisfy({ $0.isHexDigit || $0 == "-" }) else { return nil }
+        let digits = hex.filter { $0 != "-" }
+        switch digits.count {
+        case 4 where !hex.contains("-"): return "0000" + digits + baseSuffix
+        case 8 where !hex.contains("-"): return digits + baseSuffix
+        case 32:
+            let d = Array(digits)
+            return String(d[0..<8]) + "-" + String(d[8..<12]) + "-" + String(d[12..<16]) + "-"
+                + String(d[16..<20]) + "-" + String(d[20..<32])
+        default: return nil
+        }
+    }
+
+    /// The short form for display ("180d") when the UUID is on the Bluetooth base, else the full form.
+    public static func short(_ uuid: String) -> String {
+        guard let full = normalize(uuid), full.hasSuffix(baseSuffix) else { return uuid }
+        let head = full.prefix(8)
+        return head.hasPrefix("0000") ? String(head.dropFirst(4)) : String(head)
+    }
+}
