@@ -75,6 +75,7 @@ let package = Package(
             name: "VigilDaemon",
             dependencies: [
                 "VigilSystem", "VigilProtocol", "VigilLifecycle", "VigilAccessories", "VigilUdev", "VigilSerial",
+                "VigilBluetooth",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],

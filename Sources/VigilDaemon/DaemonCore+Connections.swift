@@ -98,6 +98,7 @@ extension DaemonCore {
         if let timer = connection.closeTimer { loop.cancelTimer(timer) }
         connection.stream.close()
         if case .control = connection.phase {
+            bluetoothControlClosed(connection.id)
             accessoryState.watchers.remove(connection.id)
             for session in accessoryState.sessions.sessions(heldBy: .control(connection.id)) {
                 closePort(session.id)

@@ -110,6 +110,7 @@ extension DaemonCore {
             send(BackgroundTimeRemaining(seconds: seconds), id: message.id, to: connection)
         default:
             if try handleAccessoryRequest(message, holder: .app(app), connection: connection) { return }
+            if try handleBluetoothRequest(message, client: .app(app), connection: connection) { return }
             throw ProtocolError(.unknownMessage, "unknown message type '\(message.type)' for an app", id: message.id)
         }
     }
@@ -152,6 +153,7 @@ extension DaemonCore {
             send(ReloadResult(apps: engine.apps.keys.sorted(), problems: manifestProblems), id: message.id, to: connection)
         default:
             if try handleAccessoryRequest(message, holder: .control(connection.id), connection: connection) { return }
+            if try handleBluetoothRequest(message, client: .control(connection.id), connection: connection) { return }
             throw ProtocolError(.unknownMessage, "unknown message type '\(message.type)' for a control client", id: message.id)
         }
     }

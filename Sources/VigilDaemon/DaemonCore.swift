@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import VigilBluetooth
 import VigilLifecycle
 import VigilProtocol
 import VigilSystem
@@ -42,6 +43,8 @@ actor DaemonCore {
     /// State changes reported by the engine, handled after its current call.
     var pendingStateChanges: [(app: String, from: AppState, to: AppState)] = []
     var accessoryState = AccessoryState(rules: [], bufferLimit: 0)
+    /// The Bluetooth LE central role (nil when disabled by the config).
+    var central: BluetoothCentral?
     /// A pending write of the state file; changes within it are written together.
     var saveTimer: TimerID?
 
@@ -112,6 +115,7 @@ actor DaemonCore {
         }
         adoptSurvivors()
         startAccessories()
+        startBluetooth()
         let listener = try UnixListener.bind(path: socketPath, permissions: 0o666)
         self.listener = listener
         listenerWatch = try loop.watch(listener.fd, for: .readable) { [unowned self] _ in
@@ -131,6 +135,7 @@ actor DaemonCore {
             logger.info("thawed \(id) for the daemon's stop", metadata: ["app": "\(id)"])
         }
         stopAccessories()
+        stopBluetooth()
         if let listenerWatch { loop.removeWatch(listenerWatch) }
         listener?.close()
         listener = nil

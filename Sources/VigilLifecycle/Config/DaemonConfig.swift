@@ -22,6 +22,7 @@ public enum SuspensionPreference: String, Sendable {
 /// event-queue-limit = 1000
 /// decision-log-size = 2000
 /// session-buffer-limit = 1048576                # bytes per accessory session, see AccessoryRule
+/// bluetooth = true                              # the BLE central role through BlueZ (system bus)
 ///
 /// [timings]
 /// suspend-grace = 5.0
@@ -47,6 +48,8 @@ public struct DaemonConfig: Sendable, Equatable {
     /// Bytes a session may hold for its app (read, not yet acknowledged) before
     /// the daemon stops reading and lets flow control hold the device back.
     public var sessionBufferLimit: Int = 1 << 20
+    /// Whether to use BlueZ on the system bus (DBUS_SYSTEM_BUS_ADDRESS honoured).
+    public var bluetooth = true
 
     /// Defaults for the system daemon or for a per-user daemon.
     public init(system: Bool, environment: [String: String] = ProcessInfo.processInfo.environment) {
@@ -66,7 +69,7 @@ public struct DaemonConfig: Sendable, Equatable {
 
     static let knownFields: Set<String> = [
         "socket", "manifest-dirs", "state-dir", "log-dir", "cgroup-root", "suspension", "event-queue-limit",
-        "decision-log-size", "timings", "accessory", "session-buffer-limit",
+        "decision-log-size", "timings", "accessory", "session-buffer-limit", "bluetooth",
     ]
     static let knownTimings: Set<String> = [
         "suspend-grace", "wake-budget", "background-time-limit", "expiration-warning", "exit-grace",
@@ -96,6 +99,7 @@ public struct DaemonConfig: Sendable, Equatable {
         config.eventQueueLimit = try fields.positiveInt("event-queue-limit") ?? defaults.eventQueueLimit
         config.decisionLogSize = try fields.positiveInt("decision-log-size") ?? defaults.decisionLogSize
         config.sessionBufferLimit = try fields.positiveInt("session-buffer-limit") ?? defaults.sessionBufferLimit
+        config.bluetooth = try fields.bool("bluetooth") ?? defaults.bluetooth
         var rules: [AccessoryRule] = []
         for rule in try fields.tableArray("accessory") { rules.append(try AccessoryRule.parse(rule)) }
         config.accessoryRules = rules.isEmpty ? defaults.accessoryRules : rules

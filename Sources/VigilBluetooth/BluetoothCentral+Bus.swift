@@ -1,0 +1,244 @@
+import VigilDBus
+import VigilProtocol
+import VigilSystem
+
+/// The bus connection and the mirror: kept current by signals, rebuilt from
+/// GetManagedObjects whenever BlueZ (re)appears or the bus connection is new.
+extension BluetoothCentral {
+    func connectBus() async {
+        busGeneration += 1
+        let generation = busGeneration
+        do {
+            let connection: DBusConnection
+            if let busAddress {
+                connection = try await DBusConnection.open(address: busAddress, on: loop)
+            } else {
+                connection = try await DBusConnection.system(on: loop)
+            }
+            await connection.onDisconnect { [weak self] (error: DBusError) in
+                guard let self else { return }
+                self.assumeIsolated { $0.busLost(generation, error) }
+            }
+            // Signals first, then the snapshot: nothing falls between them.
+            _ = try await connection.subscribe(to: MatchRule(sender: BlueZ.service)) { [weak self] message in
+                self?.assumeIsolated { $0.bluezSignal(message) }
+            }
+            _ = try await connection.subscribe(
+                to: MatchRule(
+                    sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged",
+                    arg0: BlueZ.service)
+            ) { [weak self] message in
+                self?.assumeIsolated { $0.bluezOwnerChanged(message) }
+            }
+            bus = connection
+            reconnectDelay = .milliseconds(500)
+            log("bluetooth: connected to the system bus")
+            let owner = try? await connection.call(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "GetNameOwner", arguments: [.string(BlueZ.service)], timeout: .seconds(5))
+            if let name = owner?.first?.string {
+                await bluezAppeared(owner: name)
+            } else {
+                log("bluetooth: bluetoothd is not running; waiting for it")
+                stateMayHaveChanged()
+            }
+        } catch {
+            log("bluetooth: cannot use the system bus (\(error)); retrying in \(reconnectDelay)")
+            scheduleBusReconnect()
+        }
+    }
+
+    private func scheduleBusReconnect() {
+        let delay = reconnectDelay
+        reconnectDelay = min(reconnectDelay * 2, .seconds(10))
+        loop.schedule(after: delay) { [weak self] in
+            guard let self else { return }
+            Task { await self.connectBus() }
+        }
+    }
+
+    private func busLost(_ generation: Int, _ error: DBusError) {
+        guard generation == busGeneration else { return }
+        log("bluetooth: lost the system bus (\(error.message)); reconnecting")
+        bus = nil
+        bluezVanished()
+        scheduleBusReconnect()
+    }
+
+    private func bluezOwnerChanged(_ message: DBusMessage) {
+        guard message.member == "NameOwnerChanged", message.body.count == 3,
+              message.body[0].string == BlueZ.service, let newOwner = message.body[2].string else { return }
+        if newOwner.isEmpty {
+            log("bluetooth: bluetoothd left the bus; every link, scan and subscription will be re-established when it returns")
+            bluezVanished()
+        } else if newOwner != bluezOwner {
+            if bluezOwner != nil { bluezVanished() }
+            log("bluetooth: bluetoothd is on the bus (\(newOwner)); loading its objects")
+            Task { await self.bluezAppeared(owner: newOwner) }
+        }
+    }
+
+    func bluezAppeared(owner: String) async {
+        guard let bus else { return }
+        bluezOwner = owner
+        loading = true
+        signalsWhileLoading = []
+        let reply: [DBusValue]
+        do {
+            reply = try await bus.call(
+                destination: BlueZ.service, path: BlueZ.root, interface: BlueZ.objectManager,
+                member: "GetManagedObjects", timeout: .seconds(10))
+        } catch {
+            loading = false
+            log("bluetooth: GetManagedObjects failed (\(error)); retrying")
+            loop.schedule(after: .seconds(1)) { [weak self] in
+                guard let self else { return }
+                Task { await self.retryLoad(owner) }
+            }
+            return
+        }
+        guard bluezOwner == owner else { return }  // it restarted meanwhile
+        tree = BlueZObjectTree(managedObjects: reply.first ?? .array(elementSignature: "{oa{sa{sv}}}", []))
+        loading = false
+        // Signals that raced the reply: applying one already in the snapshot changes nothing.
+        let raced = signalsWhileLoading
+        signalsWhileLoading = []
+        for message in raced { applySignal(message) }
+        log("bluetooth: mirror loaded: \(tree.adapters.count) adapter(s), \(tree.devices.count) device(s)")
+        stateMayHaveChanged()
+        reconcileEverything()
+    }
+
+    private func retryLoad(_ owner: String) async {
+        guard bluezOwner == owner, !loading else { return }
+        await bluezAppeared(owner: owner)
+    }
+
+    /// BlueZ is gone (restart, crash, or our bus connection dropped): its
+    /// objects, links and notify sessions went with it. What clients asked
+    /// for stays, and is redone once it is back.
+    func bluezVanished() {
+        bluezOwner = nil
+        loading = false
+        let connected = links.filter { $0.value.connected }.map(\.key)
+        tree = BlueZObjectTree()
+        discovery = DiscoveryState()
+        for (path, state) in notify { state.close(loop: loop, path: path) }
+        notify = [:]
+        for address in connected { linkWentDown(address, reason: "bluetoothd stopped") }
+        for address in links.keys { links[address]?.cancelAttempt(loop: loop) }
+        stateMayHaveChanged()
+    }
+
+    private func bluezSignal(_ message: DBusMessage) {
+        guard let bluezOwner, message.sender == bluezOwner else { return }
+        if loading {
+            signalsWhileLoading.append(message)
+            return
+        }
+        applySignal(message)
+    }
+
+    /// Applies one of BlueZ's signals to the mirror, then reacts to it.
+    private func applySignal(_ message: DBusMessage) {
+        guard let path = message.path else { return }
+        switch (message.interface, message.member) {
+        case (BlueZ.objectManager, "InterfacesAdded"):
+            guard message.body.count == 2, let object = message.body[0].objectPath else { return }
+            tree.interfacesAdded(object, message.body[1])
+            objectAppeared(object, interfaces: Set(message.body[1].dictionaryStringKeyed?.keys.map { $0 } ?? []))
+        case (BlueZ.objectManager, "InterfacesRemoved"):
+            guard message.body.count == 2, let object = message.body[0].objectPath else { return }
+            let device = tree.device(at: object)
+            tree.interfacesRemoved(object, message.body[1].strings ?? [])
+            objectRemoved(object, device: device)
+        case (BlueZ.properties, "PropertiesChanged"):
+            guard message.body.count >= 2, let interface = message.body[0].string else { return }
+            let changed = message.body[1].dictionaryStringVariant ?? [:]
+            let before = tree.properties(path, interface)
+            tree.propertiesChanged(
+                path, interface: interface, changed: changed, invalidated: message.body.count > 2 ? message.body[2].strings ?? [] : [])
+            propertiesChanged(path, interface: interface, changed: changed, before: before)
+        default:
+            break
+        }
+    }
+
+    private func objectAppeared(_ path: ObjectPath, interfaces: Set<String>) {
+        if interfaces.contains(BlueZ.adapter) { stateMayHaveChanged(); reconcileEverything() }
+        if interfaces.contains(BlueZ.device), let device = tree.device(at: path) {
+            advertisementSeen(device)
+            reconcileLink(device.address)
+        }
+        if interfaces.contains(BlueZ.gattCharacteristic) { characteristicAppeared(path) }
+    }
+
+    private func objectRemoved(_ path: ObjectPath, device: DeviceView?) {
+        if tree.adapters.isEmpty { stateMayHaveChanged() }
+        if let device, tree.device(at: path) == nil {
+            if links[device.address]?.connected == true { linkWentDown(device.address, reason: "the device was removed") }
+            reconcileLink(device.address)
+        }
+        if tree.characteristic(at: path) == nil, let state = notify.removeValue(forKey: path) {
+            state.close(loop: loop, path: path)
+        }
+    }
+
+    private func propertiesChanged(_ path: ObjectPath, interface: String, changed: [String: DBusValue], before: [String: DBusValue]?) {
+        switch interface {
+        case BlueZ.adapter:
+            stateMayHaveChanged()
+            if changed["Powered"] != nil { reconcileEverything() }
+        case BlueZ.device:
+            guard let device = tree.device(at: path) else { return }
+            if changed["Connected"] != nil { connectedChanged(device) }
+            if changed["ServicesResolved"]?.unwrapped.bool == true { servicesResolved(device) }
+            let advertised = ["RSSI", "ManufacturerData", "ServiceData", "UUIDs", "Name", "TxPower"]
+            if advertised.contains(where: { changed[$0] != nil }) { advertisementSeen(device) }
+        case BlueZ.gattCharacteristic:
+            if let value = changed["Value"]?.unwrapped.bytes { valueChanged(path, value) }
+            if changed["Notifying"]?.unwrapped.bool == false, notify[path] != nil {
+                // BlueZ ended the notify session (link loss, the device's doing):
+                // it is started again after the next resolve.
+                notify[path] = nil
+            }
+        default:
+            break
+        }
+    }
+
+    // MARK: Adapter state
+
+    /// The adapter vigild uses: the first powered one, else the first.
+    var adapter: AdapterView? {
+        let adapters = tree.adapters
+        return adapters.first(where: \.powered) ?? adapters.first
+    }
+
+    public var state: BluetoothState {
+        guard bus != nil, bluezOwner != nil else { return lastState == .unknown ? .unsupported : .resetting }
+        guard !loading else { return .resetting }
+        guard let adapter else { return .unsupported }
+        return adapter.powered ? .poweredOn : .poweredOff
+    }
+
+    public var adapterName: String? { adapter?.name }
+
+    /// Tells every client with a manager when the state changes.
+    func stateMayHaveChanged() {
+        let now = state
+        guard now != lastState else { return }
+        log("bluetooth: state \(lastState.rawValue) -> \(now.rawValue)")
+        lastState = now
+        for client in clients.keys {
+            emit(BluetoothEventKind.state, ["state": .string(now.rawValue)], to: client)
+        }
+    }
+
+    /// After BlueZ (re)appeared or an adapter changed: redo what clients asked for.
+    func reconcileEverything() {
+        reconcileDiscovery()
+        for address in Set(links.keys).union(clients.values.flatMap(\.connects)) { reconcileLink(address) }
+        for device in tree.devices where device.connected && device.servicesResolved { servicesResolved(device) }
+    }
+}

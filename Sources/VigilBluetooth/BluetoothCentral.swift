@@ -1,0 +1,74 @@
+import Foundation
+import VigilDBus
+import VigilProtocol
+import VigilSystem
+
+/// The central role for every client of the daemon, over one BlueZ connection.
+///
+/// It keeps the one mirror of BlueZ's tree (`tree`) and, per client, what it
+/// asked for: a scan, peripherals to be connected, subscriptions. From those it
+/// derives what BlueZ must do (discovery on or off and its filter, Connect
+/// until connected, StartNotify after every reconnect) and does it, again and
+/// again if BlueZ or the link goes away, so no client writes a retry loop.
+/// All on the daemon's event loop: BlueZ's replies and signals, and the
+/// clients' requests, are handled in one order.
+public actor BluetoothCentral {
+    public nonisolated let loop: EventLoop
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { loop.asUnownedSerialExecutor() }
+
+    /// nil: the system bus (DBUS_SYSTEM_BUS_ADDRESS honoured).
+    let busAddress: String?
+    weak var delegate: (any BluetoothCentralDelegate)?
+    let log: @Sendable (String) -> Void
+
+    // The bus and the mirror (BluetoothCentral+Bus).
+    var bus: DBusConnection?
+    var busGeneration = 0
+    var bluezOwner: String?
+    public internal(set) var tree = BlueZObjectTree()
+    var loading = false
+    var signalsWhileLoading: [DBusMessage] = []
+    var reconnectDelay: Duration = .milliseconds(500)
+    var lastState: BluetoothState = .unknown
+
+    // Clients and links (BluetoothCentral+Links, +Scanning, +Subscriptions).
+    var clients: [CentralClient: CentralClientState] = [:]
+    var links: [String: Link] = [:]
+    var discovery = DiscoveryState()
+    var notify: [ObjectPath: NotifyState] = [:]
+    var resolvedWaiters: [String: [Waiter]] = [:]
+    var nextWaiterID = 0
+
+    public init(loop: EventLoop, busAddress: String? = nil, log: @escaping @Sendable (String) -> Void) {
+        self.loop = loop
+        self.busAddress = busAddress
+        self.log = log
+    }
+
+    public func setDelegate(_ delegate: any BluetoothCentralDelegate) {
+        self.delegate = delegate
+    }
+
+    /// Connects to the bus and loads BlueZ's tree; keeps trying in the
+    /// background if the bus or BlueZ is not there (apps see `unsupported`
+    /// until it is).
+    public func start() {
+        Task { await self.connectBus() }
+    }
+
+    public func stop() async {
+        await bus?.close()
+        bus = nil
+    }
+
+    func emit(_ kind: String, _ attributes: [String: JSONValue], body: [UInt8] = [], to client: CentralClient) {
+        delegate?.central(emit: kind, attributes: attributes, body: body, to: client)
+    }
+}
+
+/// A caller waiting for a peripheral's services to be resolved.
+struct Waiter {
+    let id: Int
+    let continuation: CheckedContinuation<Bool, Never>
+    let timer: TimerID
+}

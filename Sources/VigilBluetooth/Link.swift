@@ -1,0 +1,26 @@
+import VigilSystem
+
+/// The daemon's view of one peripheral's link: whether it is up and what is
+/// being done to bring it up.
+struct Link {
+    var connected = false
+    /// A Device1.Connect call is in flight.
+    var connecting = false
+    /// Failed attempts since the link was last up: the backoff grows with them.
+    var failures = 0
+    var retry: TimerID?
+    /// vigild's Connect brought it up, so vigild may take it down.
+    var ours = false
+
+    mutating func cancelAttempt(loop: EventLoop) {
+        if let retry { loop.cancelTimer(retry) }
+        retry = nil
+        connecting = false
+    }
+
+    /// 0.5 s, 1 s, 2 s, ... at most 8 s: a device that comes back is found
+    /// within seconds, and a long absence costs one attempt every 8 s.
+    var backoff: Duration {
+        .milliseconds(min(500 << min(failures, 4), 8000))
+    }
+}

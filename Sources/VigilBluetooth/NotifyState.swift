@@ -1,0 +1,32 @@
+import Glibc
+import VigilDBus
+import VigilSystem
+
+/// One characteristic's notifications as vigild runs them for all its
+/// subscribers: started once, whatever the number of clients. Used only on
+/// the central's loop (hence unchecked).
+final class NotifyState: @unchecked Sendable {
+    enum Mode { case startNotify, acquired }
+    let address: String
+    let mode: Mode
+    /// The AcquireNotify socket and its watch.
+    var fd: Int32?
+    var watch: WatchID?
+    var mtu: Int?
+    /// StartNotify or AcquireNotify is in flight.
+    var starting = true
+
+    init(address: String, mode: Mode) {
+        self.address = address
+        self.mode = mode
+    }
+
+    /// Ends our side: the fd is closed (BlueZ then stops notifying); a
+    /// StartNotify session ends with the link or is stopped by the caller.
+    func close(loop: EventLoop, path: ObjectPath) {
+        if let watch { loop.removeWatch(watch) }
+        if let fd { Glibc.close(fd) }
+        watch = nil
+        fd = nil
+    }
+}

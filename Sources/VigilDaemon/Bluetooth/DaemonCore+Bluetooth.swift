@@ -1,0 +1,71 @@
+import VigilBluetooth
+import VigilLifecycle
+import VigilProtocol
+
+/// The central role's events, carried to apps through their event queues
+/// (waking them with `bluetooth-central`) and to vigilctl as pushes.
+extension DaemonCore: BluetoothCentralDelegate {
+    nonisolated func central(emit kind: String, attributes: [String: JSONValue], body: [UInt8], to client: CentralClient) {
+        assumeIsolated { $0.deliverBluetoothEvent(kind, attributes, body, to: client) }
+    }
+
+    nonisolated func centralClientIsForeground(_ client: CentralClient) -> Bool {
+        assumeIsolated { core in
+            switch client {
+            case let .app(id): core.engine.apps[id]?.state.isForeground ?? false
+            case .control: true
+            }
+        }
+    }
+}
+
+extension DaemonCore {
+    func startBluetooth() {
+        guard config.bluetooth else {
+            logger.info("bluetooth: disabled by the config")
+            return
+        }
+        let logger = self.logger
+        let central = BluetoothCentral(loop: loop, log: { logger.info("\($0)") })
+        self.central = central
+        central.assumeIsolated { central in
+            central.setDelegate(self)
+            central.start()
+        }
+    }
+
+    func stopBluetooth() {
+        guard let central else { return }
+        self.central = nil
+        Task { await central.stop() }
+    }
+
+    func deliverBluetoothEvent(_ kind: String, _ attributes: [String: JSONValue], _ body: [UInt8], to client: CentralClient) {
+        switch client {
+        case let .control(connectionID):
+            if let connection = connections[connectionID] {
+                send(BluetoothPush(kind: kind, attributes: attributes), body: body, to: connection)
+            }
+        case let .app(app):
+            let event = QueuedEvent(kind: kind, attributes: attributes, payload: body, wakeMode: .bluetoothCentral)
+            do {
+                try withEngine { engine, now throws(ProtocolError) in _ = try engine.deliver(event, to: app, now: now) }
+            } catch {
+                // Counted, logged and reported to the app as an overflow by the engine.
+                logger.warning("bluetooth: '\(kind)' for \(app) not queued: \(error)")
+            }
+        }
+    }
+
+    /// The app's process is gone. Its Bluetooth use is kept for a relaunch
+    /// (with a restore identifier) unless the user force-quit it.
+    func bluetoothAppEnded(_ app: String) {
+        guard let central else { return }
+        let keep = !(engine.apps[app]?.forceQuit ?? true)
+        central.assumeIsolated { $0.clientEnded(.app(app), keep: keep) }
+    }
+
+    func bluetoothControlClosed(_ connectionID: Int) {
+        central?.assumeIsolated { $0.clientEnded(.control(connectionID), keep: false) }
+    }
+}

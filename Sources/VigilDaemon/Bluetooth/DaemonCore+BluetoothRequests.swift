@@ -1,0 +1,111 @@
+import VigilBluetooth
+import VigilProtocol
+
+/// `ble.*` requests, from apps and from vigilctl alike. The central runs on
+/// the daemon's loop; requests that wait on BlueZ answer later, from a task,
+/// so the loop never blocks on the radio.
+extension DaemonCore {
+    /// Handles `message` if it is a Bluetooth request; false if it is not one.
+    func handleBluetoothRequest(_ message: IncomingMessage, client: CentralClient, connection: ClientConnection) throws(ProtocolError) -> Bool {
+        guard message.type.hasPrefix("ble.") else { return false }
+        guard let central else {
+            throw ProtocolError(.unavailable, "Bluetooth is disabled in this daemon's config", id: message.id)
+        }
+        let id = message.id
+        // Synchronous requests: answered at once, on the loop.
+        func now<R: Message>(_ body: @Sendable (isolated BluetoothCentral) throws(ProtocolError) -> R) throws(ProtocolError) {
+            let outcome: Result<R, ProtocolError> = central.assumeIsolated { central in
+                do throws(ProtocolError) { return .success(try body(central)) } catch { return .failure(error) }
+            }
+            switch outcome {
+            case let .success(reply): send(reply, id: id, to: connection)
+            case let .failure(error): throw ProtocolError(error.code, error.message, id: id)
+            }
+        }
+        // Requests that wait for BlueZ or the device: answered from a task.
+        func later(_ body: @escaping @Sendable (BluetoothCentral) async throws(ProtocolError) -> (any Message, [UInt8])) {
+            let connectionID = connection.id
+            Task {
+                let outcome: Result<(any Message, [UInt8]), ProtocolError>
+                do throws(ProtocolError) {
+                    outcome = .success(try await body(central))
+                } catch {
+                    outcome = .failure(error)
+                }
+                self.answer(outcome, id: id, connectionID: connectionID)
+            }
+        }
+        switch message.type {
+        case RegisterCentral.type:
+            let request: RegisterCentral = try message.decode()
+            try now { $0.register(client, restoreIdentifier: request.restoreIdentifier) }
+        case GetBluetoothState.type:
+            try now { BluetoothStateReply(state: $0.state, adapter: $0.adapterName) }
+        case StartScan.type:
+            let request: StartScan = try message.decode()
+            try now { central throws(ProtocolError) in
+                try central.startScan(client, services: request.services, allowDuplicates: request.allowDuplicates ?? false)
+                return Done()
+            }
+        case StopScan.type:
+            try now { $0.stopScan(client); return Done() }
+        case ListPeripherals.type:
+            try now { PeripheralList(peripherals: $0.knownPeripherals()) }
+        case ConnectPeripheral.type:
+            let request: ConnectPeripheral = try message.decode()
+            try now { central throws(ProtocolError) in
+                try central.connect(client, address: request.peripheral)
+                return Done()
+            }
+        case CancelPeripheralConnection.type:
+            let request: CancelPeripheralConnection = try message.decode()
+            try now { central throws(ProtocolError) in
+                try central.cancelConnection(client, address: request.peripheral)
+                return Done()
+            }
+        case SetNotify.type:
+            let request: SetNotify = try message.decode()
+            let path = CharacteristicPath(peripheral: request.peripheral, service: request.service, characteristic: request.characteristic)
+            try now { central throws(ProtocolError) in
+                try central.setNotify(client, path, enabled: request.enabled, acquire: request.acquire ?? false)
+                return Done()
+            }
+        case DiscoverServices.type:
+            let request: DiscoverServices = try message.decode()
+            later { central throws(ProtocolError) in
+                (GATTServices(services: try await central.discoverServices(client, address: request.peripheral)), [])
+            }
+        case ReadCharacteristic.type:
+            let request: ReadCharacteristic = try message.decode()
+            let path = CharacteristicPath(peripheral: request.peripheral, service: request.service, characteristic: request.characteristic)
+            later { central throws(ProtocolError) in
+                (CharacteristicValue(), try await central.read(client, path, descriptor: request.descriptor))
+            }
+        case WriteCharacteristic.type:
+            let request: WriteCharacteristic = try message.decode()
+            let path = CharacteristicPath(peripheral: request.peripheral, service: request.service, characteristic: request.characteristic)
+            let value = message.body
+            later { central throws(ProtocolError) in
+                try await central.write(client, path, value: value, withResponse: request.withResponse)
+                return (Done(), [])
+            }
+        default:
+            throw ProtocolError(.unknownMessage, "unknown Bluetooth request '\(message.type)'", id: id)
+        }
+        return true
+    }
+
+    private func answer(_ outcome: Result<(any Message, [UInt8]), ProtocolError>, id: Int?, connectionID: Int) {
+        guard let connection = connections[connectionID] else { return }  // the client left meanwhile
+        switch outcome {
+        case let .success((reply, body)):
+            sendAny(reply, body: body, id: id, to: connection)
+        case let .failure(error):
+            if let id { send(ProtocolError(error.code, error.message), id: id, to: connection) }
+        }
+    }
+
+    private func sendAny<M: Message>(_ message: M, body: [UInt8], id: Int?, to connection: ClientConnection) {
+        send(message, id: id, body: body, to: connection)
+    }
+}
