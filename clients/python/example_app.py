@@ -30,6 +30,11 @@ def main():
     parser.add_argument("--ack-delay", type=float, default=0.0, metavar="SECONDS",
                         help="wait this long before acknowledging each session.data event: a slow consumer, "
                              "so that the daemon's session buffer fills (back-pressure tests)")
+    parser.add_argument("--ble-peripheral", default=None, metavar="ADDRESS",
+                        help="create a central manager, connect to this peripheral and stay connected")
+    parser.add_argument("--ble-notify", action="append", default=[], metavar="SERVICE/CHARACTERISTIC",
+                        help="subscribe to this characteristic of --ble-peripheral (repeatable)")
+    parser.add_argument("--restore-id", default=None, help="the central manager's restore identifier")
     options = parser.parse_args()
 
     def record(**fields):
@@ -63,6 +68,18 @@ def main():
         if options.accessory_protocol:
             app.register_for_accessory_notifications()
             open_session(app.accessories())
+        if options.ble_peripheral:
+            members = {"restoreIdentifier": options.restore_id} if options.restore_id else {}
+            registered = app.request("ble.registerCentral", **members)
+            restored = registered.get("restored")
+            record(kind="centralRegistered", state=registered["state"], restored=restored)
+            if restored is None:
+                app.request("ble.connect", peripheral=options.ble_peripheral)
+                for path in options.ble_notify:
+                    service, characteristic = path.split("/")
+                    app.request("ble.notify", peripheral=options.ble_peripheral, service=service,
+                                characteristic=characteristic, enabled=True)
+            record(kind="bleReady")
         for item in app.events():
             if isinstance(item, Lifecycle):
                 record(kind="lifecycle", event=item.event, state=item.state)

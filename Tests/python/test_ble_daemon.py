@@ -1,0 +1,351 @@
+"""Bluetooth LE central through the real vigild, against the host-tier BlueZ
+mock (Tests/bluez-mock: dbusmock's bluez5 on a private system-like bus,
+extended with GATT, notifications and fault injection).
+
+vigild talks to "BlueZ" over D-Bus exactly as it would to bluetoothd; the test
+drives the radio through the mock's control interface and talks to vigild as
+vigilctl does (control role: events arrive as `blePush`) or through an app
+(clients/python/example_app.py, launched by vigild: events are queued, wake it
+and relaunch it). What a pass proves: vigild's handling of BlueZ's API as the
+mock models it. The lab tier (Tests/Lab) checks the same against real BlueZ.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "clients", "python"))
+sys.path.insert(0, os.path.join(REPO, "Tests", "bluez-mock"))
+
+from vigil_client import ControlClient, VigilError  # noqa: E402
+
+VIGILD = os.environ.get("VIGILD") or os.path.join(REPO, ".build", "debug", "vigild")
+PYTHON = "/usr/bin/python3"
+EXAMPLE_APP = os.path.join(REPO, "clients", "python", "example_app.py")
+HRM = "AA:BB:CC:DD:EE:01"
+HRS, HRM_MEASUREMENT, BODY_LOCATION = "180d", "2a37", "2a38"
+FULL = lambda short: f"0000{short}-0000-1000-8000-00805f9b34fb"  # noqa: E731
+APP = "org.vigil.test.bleapp"
+
+
+def missing():
+    if not os.path.exists(VIGILD):
+        return f"vigild is not built at {VIGILD}"
+    if not shutil.which("dbus-daemon"):
+        return "dbus-daemon is not installed"
+    if not os.path.exists("/usr/lib/python3/dist-packages/dbusmock"):
+        return "python3-dbusmock is not installed"
+    try:
+        import dbus  # noqa: F401
+    except ImportError:
+        return "python3-dbus is not importable (run with /usr/bin/python3)"
+    return None
+
+
+@unittest.skipIf(missing(), missing() or "")
+class BluetoothCentralTests(unittest.TestCase):
+    def setUp(self):
+        import dbus
+        from bluez_mock import MockBlueZ
+
+        self.dbus = dbus
+        self.mock = MockBlueZ()
+        self.mock.start()
+        self.hrm = self.mock.control.AddHeartRateMonitor("hci0", HRM, "Vigil HRM")
+        self.dir = tempfile.mkdtemp(prefix="vigil-ble-")
+        os.makedirs(f"{self.dir}/apps")
+        self.socket = f"{self.dir}/vigild.sock"
+        self.record = f"{self.dir}/app.jsonl"
+        cgroup = ""
+        unified = "/sys/fs/cgroup/unified" if os.path.isdir("/sys/fs/cgroup/unified") else "/sys/fs/cgroup"
+        self.cgroup_root = None
+        if os.geteuid() == 0 and os.path.exists(f"{unified}/cgroup.procs"):
+            self.cgroup_root = f"{unified}/vigil-pyble-{os.getpid()}"
+            cgroup = f'cgroup-root = "{self.cgroup_root}"'
+        with open(f"{self.dir}/vigild.toml", "w") as config:
+            config.write(f'manifest-dirs = ["apps"]\nstate-dir = "state"\nlog-dir = "logs"\n{cgroup}\n'
+                         "[timings]\nsuspend-grace = 0.5\nwake-budget = 3.0\n")
+        with open(f"{self.dir}/apps/{APP}.toml", "w") as manifest:
+            manifest.write(
+                f'id = "{APP}"\n'
+                f'exec = ["{PYTHON}", "{EXAMPLE_APP}", "--record", "{self.record}", "--ble-peripheral", "{HRM}", '
+                f'"--ble-notify", "{HRS}/{HRM_MEASUREMENT}", "--restore-id", "hrm"]\n'
+                'background-modes = ["bluetooth-central"]\n')
+        self.daemon_log = open(f"{self.dir}/vigild.log", "w")
+        self.daemon = subprocess.Popen(
+            [VIGILD, "--socket", self.socket, "--config", f"{self.dir}/vigild.toml"],
+            env=self.mock.env, stdout=self.daemon_log, stderr=self.daemon_log, stdin=subprocess.DEVNULL)
+        self.clients = []
+        self.control = self.connect()
+        self.wait_until(lambda: self.control.request("ble.state")["state"] == "poweredOn", "Bluetooth powered on")
+
+    def tearDown(self):
+        for client in self.clients:
+            client.close()
+        self.daemon.terminate()
+        try:
+            self.daemon.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.daemon.kill()
+            self.daemon.wait()
+        self.daemon_log.close()
+        if self.cgroup_root and os.path.isdir(self.cgroup_root):
+            for child in os.listdir(self.cgroup_root):
+                path = f"{self.cgroup_root}/{child}"
+                if os.path.isdir(path):
+                    with open(f"{path}/cgroup.kill", "w") as kill:
+                        kill.write("1")
+                    deadline = time.monotonic() + 10
+                    while "populated 0" not in open(f"{path}/cgroup.events").read() and time.monotonic() < deadline:
+                        time.sleep(0.05)
+                    os.rmdir(path)
+            os.rmdir(self.cgroup_root)
+        self.mock.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # Helpers
+
+    def connect(self):
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                client = ControlClient(self.socket)
+                self.clients.append(client)
+                return client
+            except (OSError, VigilError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def wait_until(self, condition, what, timeout=20):
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                self.fail(f"timed out waiting for {what}\n{self.diagnostics()}")
+            time.sleep(0.05)
+
+    def diagnostics(self):
+        with open(f"{self.dir}/vigild.log") as log:
+            text = "vigild log:\n" + "".join(log.readlines()[-40:])
+        return text + "\napp records:\n" + "\n".join(json.dumps(r) for r in self.records()[-20:])
+
+    def push(self, client, kind, timeout=15, where=lambda message: True):
+        """The next blePush of `kind` (others before it are skipped)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            message = client.next_unsolicited(timeout=max(0.01, deadline - time.monotonic()))
+            if message is not None and message.type == "blePush" and message["kind"] == kind and where(message):
+                return message
+        self.fail(f"no {kind} push within {timeout} s\n{self.diagnostics()}")
+
+    def no_push(self, client, kind, within=1.0):
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            message = client.next_unsolicited(timeout=max(0.01, deadline - time.monotonic()))
+            if message is not None and message.type == "blePush" and message["kind"] == kind:
+                self.fail(f"unexpected {kind}: {message.header}")
+
+    def heart_rate(self, bpm, rr=()):
+        dbus = self.dbus
+        return self.mock.control.NotifyHeartRate(self.hrm, dbus.UInt16(bpm), dbus.Array([dbus.UInt16(v) for v in rr], signature="q"))
+
+    @staticmethod
+    def measurement(message):
+        """Decodes a 0x2A37 value (flags, uint8/uint16 rate, RR intervals) from a push."""
+        value = message.body
+        flags, rate, offset = value[0], value[1], 2
+        if flags & 1:
+            rate, offset = value[1] | value[2] << 8, 3
+        if flags & 8:
+            offset += 2
+        rr = [value[i] | value[i + 1] << 8 for i in range(offset, len(value), 2)] if flags & 16 else []
+        return rate, rr
+
+    def connected_and_subscribed(self, client, acquire=False):
+        client.request("ble.registerCentral")
+        client.request("ble.connect", peripheral=HRM)
+        self.push(client, "ble.connected")
+        client.request("ble.notify", peripheral=HRM, service=HRS, characteristic=HRM_MEASUREMENT, enabled=True,
+                       acquire=acquire)
+        self.wait_until(lambda: self.notifying(), "notifications on at the mock")
+
+    def notifying(self):
+        """Whether the mock's 0x2A37 is notifying (StartNotify) or acquired (AcquireNotify)."""
+        characteristic = self.mock.bus.get_object("org.bluez", f"{self.hrm}/service000a/char000b")
+        properties = characteristic.GetAll("org.bluez.GattCharacteristic1", dbus_interface="org.freedesktop.DBus.Properties")
+        return bool(properties.get("Notifying") or properties.get("NotifyAcquired"))
+
+    def calls(self, method):
+        return [call for call in self.mock.control.Calls() if str(call[4]) == method]
+
+    def records(self):
+        try:
+            with open(self.record) as file:
+                return [json.loads(line) for line in file if line.strip()]
+        except FileNotFoundError:
+            return []
+
+    def state(self, app=APP):
+        return next(a for a in self.control.apps() if a["id"] == app)["state"]
+
+    # Tests
+
+    def test_scan_by_service_coalesces_duplicates_then_connect_discover_read_and_notify(self):
+        c = self.control
+        c.request("ble.registerCentral")
+        c.request("ble.scan", services=[HRS])
+        found = self.push(c, "ble.discovered")
+        self.assertEqual(found["attributes"]["address"], HRM)
+        self.assertIn(FULL(HRS), found["attributes"]["serviceUUIDs"])
+        self.assertEqual(found["attributes"]["name"], "Vigil HRM")
+        # A re-advertisement (new RSSI) is a duplicate: coalesced without allowDuplicates.
+        self.mock.control.SetAdvertisement(self.hrm, {"RSSI": self.dbus.Int16(-40)})
+        self.no_push(c, "ble.discovered", within=1.0)
+        # With duplicates allowed (a foreground client), it is reported.
+        c.request("ble.scan", services=[HRS], allowDuplicates=True)
+        self.push(c, "ble.discovered")
+        self.mock.control.SetAdvertisement(self.hrm, {"RSSI": self.dbus.Int16(-30)})
+        again = self.push(c, "ble.discovered")
+        self.assertEqual(again["attributes"]["rssi"], -30)
+        c.request("ble.stopScan")
+
+        c.request("ble.connect", peripheral=HRM.lower())
+        self.push(c, "ble.connected")
+        services = c.request("ble.discover", peripheral=HRM)["services"]
+        heart = next(s for s in services if s["uuid"] == FULL(HRS))
+        self.assertEqual({ch["uuid"]: ch["properties"] for ch in heart["characteristics"]}[FULL(HRM_MEASUREMENT)], ["notify"])
+        self.assertEqual(c.request("ble.read", peripheral=HRM, service=HRS, characteristic=BODY_LOCATION).body, b"\x01")
+        with self.assertRaises(VigilError) as missing_characteristic:
+            c.request("ble.read", peripheral=HRM, service=HRS, characteristic="2a99")
+        self.assertEqual(missing_characteristic.exception.code, "notFound")
+
+        c.request("ble.notify", peripheral=HRM, service=HRS, characteristic=HRM_MEASUREMENT, enabled=True)
+        self.wait_until(self.notifying, "StartNotify at the mock")
+        sent = [(60, [1024]), (300, []), (75, [800, 820, 790])]
+        for bpm, rr in sent:
+            self.heart_rate(bpm, rr)
+        got = [self.measurement(self.push(c, "ble.notification")) for _ in sent]
+        self.assertEqual(got, sent)
+
+    def test_connect_survives_in_progress_aborts_and_an_absent_device(self):
+        c = self.control
+        c.request("ble.registerCentral")
+        dbus = self.dbus
+        self.mock.control.FailNextConnect(self.hrm, "org.bluez.Error.InProgress", dbus.UInt32(1))
+        self.mock.control.FailNextConnectWithMessage(self.hrm, "org.bluez.Error.Failed", "le-connection-abort-by-local", dbus.UInt32(2))
+        c.request("ble.connect", peripheral=HRM)
+        self.push(c, "ble.connected", timeout=30)
+        self.assertGreaterEqual(len(self.calls("Connect")), 4, "one failure each, then success")
+
+        # The peer goes away (the link times out): disconnect with willReconnect; the request stays pending.
+        self.mock.control.DeviceAway(self.hrm, False)
+        gone = self.push(c, "ble.disconnected")
+        self.assertTrue(gone["attributes"]["willReconnect"], gone.header)
+        self.no_push(c, "ble.connected", within=2.0)
+        self.assertIn(HRM, [p["address"] for p in c.request("ble.peripherals")["peripherals"]])
+        # It comes back: connected again, with no new request.
+        self.mock.control.DeviceBack(self.hrm)
+        self.push(c, "ble.connected", timeout=30)
+
+    def test_subscriptions_come_back_after_a_link_loss_and_a_bluetoothd_restart(self):
+        c = self.control
+        self.connected_and_subscribed(c)
+        self.heart_rate(61)
+        self.assertEqual(self.measurement(self.push(c, "ble.notification"))[0], 61)
+
+        self.mock.control.DisconnectDevice(self.hrm, "org.bluez.Reason.Remote")
+        self.assertTrue(self.push(c, "ble.disconnected")["attributes"]["willReconnect"])
+        self.push(c, "ble.connected", timeout=30)
+        self.wait_until(self.notifying, "StartNotify again after the reconnect")
+        self.heart_rate(62)
+        self.assertEqual(self.measurement(self.push(c, "ble.notification"))[0], 62)
+
+        # bluetoothd restarts: its objects are gone; when it and the device are back, so is everything.
+        self.mock.restart_bluez()
+        self.push(c, "ble.state", where=lambda m: m["attributes"]["state"] in ("resetting", "unsupported"))
+        self.hrm = self.mock.control.AddHeartRateMonitor("hci0", HRM, "Vigil HRM")
+        self.push(c, "ble.connected", timeout=30)
+        self.wait_until(self.notifying, "StartNotify after bluetoothd's restart")
+        self.heart_rate(63)
+        self.assertEqual(self.measurement(self.push(c, "ble.notification"))[0], 63)
+
+    def test_two_clients_share_one_link_and_one_subscription(self):
+        first, second = self.control, self.connect()
+        self.connected_and_subscribed(first)
+        self.connected_and_subscribed(second)
+        self.assertEqual(len(self.calls("StartNotify")), 1, "one notify session for both")
+        self.heart_rate(70)
+        self.assertEqual(self.measurement(self.push(first, "ble.notification"))[0], 70)
+        self.assertEqual(self.measurement(self.push(second, "ble.notification"))[0], 70)
+        # One client lets go: the other keeps the link and its values.
+        first.request("ble.disconnect", peripheral=HRM)
+        self.heart_rate(71)
+        self.assertEqual(self.measurement(self.push(second, "ble.notification"))[0], 71)
+        self.assertEqual(self.calls("Disconnect"), [], "the link was cut while another client used it")
+        # The last one lets go: vigild disconnects the link it made.
+        second.request("ble.disconnect", peripheral=HRM)
+        self.wait_until(lambda: self.calls("Disconnect"), "Disconnect once nobody uses the link")
+
+    def test_acquire_notify_delivers_through_the_socket(self):
+        c = self.control
+        self.connected_and_subscribed(c, acquire=True)
+        self.assertEqual(len(self.calls("AcquireNotify")), 1)
+        for bpm in (80, 81, 82):
+            self.heart_rate(bpm)
+        self.assertEqual([self.measurement(self.push(c, "ble.notification"))[0] for _ in range(3)], [80, 81, 82])
+
+    def test_bad_requests_get_clear_errors(self):
+        c = self.control
+        for members, code in (
+            ({"type": "ble.connect", "peripheral": "not-an-address"}, "invalidArgument"),
+            ({"type": "ble.read", "peripheral": HRM, "service": HRS, "characteristic": BODY_LOCATION}, "notConnected"),
+            ({"type": "ble.scan", "services": ["zz"]}, "invalidArgument"),
+            ({"type": "ble.frobnicate"}, "unknownMessage"),
+        ):
+            with self.assertRaises(VigilError) as error:
+                c.request(members.pop("type"), **members)
+            self.assertEqual(error.exception.code, code, members)
+        self.assertEqual(c.request("ble.state")["state"], "poweredOn", "the connection stays usable")
+
+    def test_suspended_app_is_woken_per_notification_and_relaunched_with_its_state_restored(self):
+        self.control.app_action("launch", APP)
+        self.wait_until(lambda: any(r["kind"] == "bleReady" for r in self.records()), "the app's central")
+        self.wait_until(self.notifying, "the app's subscription at the mock")
+        self.control.app_action("background", APP)
+        self.wait_until(lambda: self.state() == "suspended", "suspension")
+
+        sent = [64, 65, 66]
+        for bpm in sent:
+            self.heart_rate(bpm)
+            time.sleep(0.2)
+        notifications = lambda: [r for r in self.records() if r.get("eventKind") == "ble.notification"]  # noqa: E731
+        self.wait_until(lambda: len(notifications()) >= len(sent), "the notifications in the app")
+        self.assertEqual([bytes.fromhex(r["payloadHex"])[1] for r in notifications()], sent)
+        wakes = [d for d in self.control.log(app=APP) if d["action"] == "wake" and "ble.notification" in d["reason"]]
+        self.assertTrue(wakes, "no wake for a notification")
+
+        # Killed by the system: the link and subscription stay; the next value relaunches it.
+        self.control.app_action("terminate", APP)
+        self.wait_until(lambda: self.state() == "notRunning", "termination")
+        self.heart_rate(67)
+        self.wait_until(lambda: len([r for r in self.records() if r["kind"] == "launch"]) == 2, "a relaunch")
+        registered = [r for r in self.records() if r["kind"] == "centralRegistered"]
+        restored = registered[-1]["restored"]
+        self.assertIsNotNone(restored, registered)
+        self.assertEqual(restored["peripherals"][0]["peripheral"]["address"], HRM)
+        self.assertEqual(restored["peripherals"][0]["peripheral"]["state"], "connected")
+        heart = next(s for s in restored["peripherals"][0]["services"] if s["uuid"] == FULL(HRS))
+        self.assertTrue(next(ch for ch in heart["characteristics"] if ch["uuid"] == FULL(HRM_MEASUREMENT))["notifying"])
+        self.wait_until(lambda: [bytes.fromhex(r["payloadHex"])[1] for r in notifications()][-1:] == [67],
+                        "the value that relaunched it")
+        self.assertEqual(len(self.calls("Connect")), 1, "the link was kept, not remade")
+
+
+if __name__ == "__main__":
+    unittest.main()
