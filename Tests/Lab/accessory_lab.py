@@ -115,7 +115,8 @@ def check_udev_marked(host_node: str) -> dict[str, str]:
 # ------------------------------------------------------------------- vigild ----
 class Daemon:
     """vigild with a config and manifests in /tmp, its own cgroup root, and
-    example_app.py manifests.  apps: {id: {"declares": [...], "args": [...]}}."""
+    example_app.py manifests.  apps: {id: {"declares": [...], "args": [...],
+    "modes": [...] (default ["external-accessory"])}}."""
 
     def __init__(self, name: str, apps: dict[str, dict[str, Any]], config: str = "",
                  timings: str = "suspend-grace = 0.5\n") -> None:
@@ -136,8 +137,8 @@ class Daemon:
             with open(f"{self.dir}/apps/{app}.toml", "w") as f:
                 f.write(f'id = "{app}"\n'
                         f"exec = {json.dumps(exec_)}\n"
-                        'background-modes = ["external-accessory"]\n'
-                        f"accessory-protocols = {json.dumps(spec['declares'])}\n")
+                        f"background-modes = {json.dumps(spec.get('modes', ['external-accessory']))}\n"
+                        f"accessory-protocols = {json.dumps(spec.get('declares', []))}\n")
         with open(f"{self.dir}/vigild.toml", "w") as f:
             f.write('manifest-dirs = ["apps"]\nstate-dir = "state"\nlog-dir = "logs"\n'
                     f'cgroup-root = "{self.cgroup_root}"\nsuspension = "cgroup"\n{config}\n'
