@@ -53,11 +53,15 @@ public final class Application: Sendable {
     /// app registered for them. Those that nothing in this process waits for
     /// (redelivered ones above all: see `AccessorySession`) come here;
     /// `AppEvent.accessoryContent` reads them.
+    ///
+    /// Bluetooth events (`ble.*`) go to the app's `CentralManager`; until one
+    /// is created in this process they are held back (not acknowledged), then
+    /// handed to it. Only `ble.*` kinds this version does not know come here.
     public let events: AsyncStream<ApplicationEvent>
     /// Accessories and sessions with them, as `EAAccessoryManager`.
     public let accessoryManager: AccessoryManager
 
-    private let session: ApplicationSession
+    let session: ApplicationSession
 
     private init(welcome: Welcome, session: ApplicationSession, events: AsyncStream<ApplicationEvent>) {
         self.id = welcome.app ?? ""

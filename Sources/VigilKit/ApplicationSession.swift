@@ -74,6 +74,12 @@ final class ApplicationSession: Sendable {
         try await connection().request(message, body: body, expecting: Reply.self, onReply: onReply)
     }
 
+    func requestWithBody<Reply: Message>(
+        _ message: some Message, body: [UInt8] = [], expecting _: Reply.Type = Reply.self
+    ) async throws -> (reply: Reply, body: [UInt8]) {
+        try await connection().requestWithBody(message, body: body, expecting: Reply.self)
+    }
+
     func beginBackgroundTask(name: String) async throws -> BackgroundTaskIdentifier {
         let (connection, generation) = current
         guard let connection else { throw Self.notConnected }
@@ -181,11 +187,22 @@ final class ApplicationSession: Sendable {
     /// connection, it learns what this client still believes: sessions of the
     /// lost connection are closed (a daemon that kept them would hold the
     /// accessory for nobody), and the notification registration is renewed (a
-    /// restarted daemon does not know it). No `id`: their replies are ignored.
+    /// restarted daemon does not know it), and so is the central manager's,
+    /// with its restore identifier. No `id`: their replies are ignored. The
+    /// adapter state is asked for afterwards, since it may have changed meanwhile.
     private func resynchronize(_ connection: Connection) {
-        let (staleSessions, register) = router.reconnected()
+        let (staleSessions, register, central) = router.reconnected()
         for session in staleSessions { try? connection.send(CloseSession(session: session)) }
         if register { try? connection.send(RegisterForAccessoryNotifications(enabled: true)) }
+        guard let central else { return }
+        try? connection.send(RegisterCentral(restoreIdentifier: central.restoreIdentifier))
+        let router = self.router
+        Task {
+            _ = try? await connection.request(GetBluetoothState(), expecting: BluetoothStateReply.self) { reply in
+                guard let reply = try? reply.decode(BluetoothStateReply.self) else { return }
+                router.refreshed(central: central, state: reply.state)
+            }
+        }
     }
 
     /// The connection of attempt `tag` is gone. If it was the current one and

@@ -96,6 +96,15 @@ final class Connection: Sendable {
         return try answer.decode(Reply.self)
     }
 
+    /// `request`, with the reply's body too (a characteristic's value).
+    func requestWithBody<Reply: Message>(
+        _ message: some Message, body: [UInt8] = [], expecting _: Reply.Type = Reply.self
+    ) async throws -> (reply: Reply, body: [UInt8]) {
+        let answer = try await roundTrip(message, body: body, onReply: nil)
+        if answer.type == ProtocolError.type { throw try answer.decode(ProtocolError.self) }
+        return (try answer.decode(Reply.self), answer.body)
+    }
+
     private func greet(_ hello: Hello) async throws -> Welcome {
         try await withCheckedThrowingContinuation { continuation in
             let refusal = exchange.withLock { exchange -> ProtocolError? in

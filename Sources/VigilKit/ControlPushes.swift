@@ -2,8 +2,8 @@ import VigilProtocol
 import VigilSystem
 
 /// What the daemon pushes to a control client without being asked: the data
-/// and end of its terminal sessions, and accessory changes after
-/// `watchAccessories`. Routed on the reader thread, in wire order; streams are
+/// and end of its terminal sessions, accessory changes after
+/// `watchAccessories`, and Bluetooth events (`blePush`) after its `ble.*` requests. Routed on the reader thread, in wire order; streams are
 /// registered by the reply that creates them, so none misses its first push.
 /// (Yields happen outside the lock: `onTermination` takes it again.)
 final class ControlPushes: Sendable {
@@ -13,6 +13,7 @@ final class ControlPushes: Sendable {
         var watchers: [Int: AsyncStream<AccessoryEvent>.Continuation] = [:]
         var nextWatcher = 0
         var sessions: [Int: AsyncStream<ControlSession.Output>.Continuation] = [:]
+        var bluetooth: [Int: AsyncStream<CentralEvent>.Continuation] = [:]
         var isClosed = false
     }
 
@@ -41,8 +42,28 @@ final class ControlPushes: Sendable {
             guard let continuation = state.withLock({ $0.sessions.removeValue(forKey: closed.session) }) else { return }
             continuation.yield(.closed(reason: closed.reason))
             continuation.finish()
+        case BluetoothPush.type:
+            let push = try message.decode(BluetoothPush.self)
+            // Kinds this version does not know are skipped.
+            guard let content = try BluetoothEventContent(kind: push.kind, attributes: push.attributes) else { return }
+            let event = CentralEvent(content, payload: message.body)
+            for watcher in state.withLock({ Array($0.bluetooth.values) }) { watcher.yield(event) }
         default:
             break
+        }
+    }
+
+    /// A Bluetooth listener: every `blePush` from now on, until the connection closes.
+    func addBluetoothWatcher(_ continuation: AsyncStream<CentralEvent>.Continuation) {
+        let id = state.withLock { state -> Int? in
+            guard !state.isClosed else { return nil }
+            defer { state.nextWatcher += 1 }
+            state.bluetooth[state.nextWatcher] = continuation
+            return state.nextWatcher
+        }
+        guard let id else { return continuation.finish() }
+        continuation.onTermination = { [weak self] _ in
+            self?.state.withLock { _ = $0.bluetooth.removeValue(forKey: id) }
         }
     }
 
@@ -76,14 +97,16 @@ final class ControlPushes: Sendable {
     }
 
     private func closeAll(_ reason: String) {
-        let (watchers, sessions) = state.withLock { state in
+        let (watchers, sessions, bluetooth) = state.withLock { state in
             state.isClosed = true
             defer {
                 state.watchers = [:]
                 state.sessions = [:]
+                state.bluetooth = [:]
             }
-            return (Array(state.watchers.values), Array(state.sessions.values))
+            return (Array(state.watchers.values), Array(state.sessions.values), Array(state.bluetooth.values))
         }
+        for watcher in bluetooth { watcher.finish() }
         for session in sessions {
             session.yield(.closed(reason: reason))
             session.finish()

@@ -11,6 +11,13 @@ import VigilSystem
 /// `session.*` events (their session belonged to an earlier process or
 /// connection, and is gone).
 ///
+/// Bluetooth events (`ble.*`) go to the app's `CentralManager`. Until one
+/// exists in this process they are held, neither yielded nor acknowledged,
+/// and handed to it when it registers, right after its `willRestoreState`.
+/// The central's events are numbered across connections (the daemon's `seq`
+/// survives its restarts), so those it was already given are not given twice
+/// when a new connection redelivers them.
+///
 /// Consumers finish at their own pace; the `AcknowledgementLedger` sends `ack`
 /// only up to the oldest event some consumer still holds, so what one consumer
 /// had not finished when the process died comes again.
@@ -24,6 +31,18 @@ final class EventRouter: Sendable {
 
     typealias SessionContinuation = AsyncStream<Delivery<AccessorySession.Event>>.Continuation
     typealias NotificationContinuation = AsyncStream<Delivery<AccessoryNotification>>.Continuation
+    typealias CentralContinuation = AsyncStream<Delivery<CentralEvent>>.Continuation
+
+    /// The events of the `n`th central manager registered in this process, in
+    /// the ledger: negative session ids (the daemon numbers sessions from 1),
+    /// since the ledger lives in VigilProtocol; a `case central(Int)` there
+    /// would say it better. One consumer per manager, so the late tokens of a
+    /// replaced one finish nothing of its successor's.
+    static func centralConsumer(_ n: Int) -> AcknowledgementLedger.Consumer { .session(-n) }
+
+    private static func isCentral(_ consumer: AcknowledgementLedger.Consumer) -> Bool {
+        if case let .session(id) = consumer { id < 0 } else { false }
+    }
 
     struct SessionSink: Sendable {
         var continuation: SessionContinuation
@@ -41,6 +60,16 @@ final class EventRouter: Sendable {
         var staleSessions: [Int] = []
         var notifications: NotificationContinuation?
         var isRegisteredForNotifications = false
+        var central: CentralSink?
+        /// `ble.*` events that came before any `CentralManager`: held, in order.
+        var heldBluetooth: [(event: AppEvent, content: BluetoothEventContent)] = []
+        /// The last `seq` yielded to the central, and the last it finished
+        /// (across connections: a redelivered event up to it is a repeat).
+        var centralYielded: UInt64?
+        var centralFinished: UInt64?
+        /// How many central managers registered (the current one's number).
+        var centralCount = 0
+        var centralConsumer: AcknowledgementLedger.Consumer { EventRouter.centralConsumer(centralCount) }
         var isEnded = false
     }
 
@@ -64,10 +93,16 @@ final class EventRouter: Sendable {
         case main
         case notification(NotificationContinuation, AccessoryNotification, epoch: Int)
         case session(SessionSink, epoch: Int, isLast: Bool)
+        case central(CentralContinuation, BluetoothEventContent, consumer: AcknowledgementLedger.Consumer)
         case dropped(acknowledge: UInt64?)
     }
 
     func receive(_ event: AppEvent) {
+        // Unknown and malformed `ble.*` events go to `Application.events`, like any event this client cannot read.
+        if BluetoothEventContent.isBluetoothKind(event.kind),
+           let content = (try? BluetoothEventContent(kind: event.kind, attributes: event.attributes)) ?? nil {
+            return receive(event, content)
+        }
         let content = (try? AccessoryEventContent(kind: event.kind, attributes: event.attributes)) ?? nil
         let route = state.withLock { state -> Route in
             switch content {
@@ -111,8 +146,39 @@ final class EventRouter: Sendable {
                 sink.continuation.yield(Delivery(element: element, token: token))
             }
             if isLast { sink.continuation.finish() }
+        case .central:
+            break  // `receive(_:_:)` routes Bluetooth events
         case let .dropped(seq):
             acknowledge(seq)
+        }
+    }
+
+    /// A Bluetooth event: to the central manager, or held until there is one.
+    private func receive(_ event: AppEvent, _ content: BluetoothEventContent) {
+        let route = state.withLock { state -> Route? in
+            guard let central = state.central else {
+                state.ledger.received(event.seq, for: nil)
+                state.heldBluetooth.append((event, content))
+                return nil
+            }
+            state.ledger.received(event.seq, for: state.centralConsumer)
+            if event.redelivered, let yielded = state.centralYielded, event.seq <= yielded {
+                // The central has it from the lost connection: done once it finished that copy.
+                guard let finished = state.centralFinished else { return .dropped(acknowledge: nil) }
+                return .dropped(acknowledge: state.ledger.finish(state.centralConsumer, upTo: finished))
+            }
+            state.centralYielded = max(state.centralYielded ?? 0, event.seq)
+            // A redelivered state is older than what the central knows (its registration, a later event).
+            if case let .state(bluetooth) = content, !event.redelivered { central.status.setState(bluetooth) }
+            return .central(central.continuation, content, consumer: state.centralConsumer)
+        }
+        switch route {
+        case let .central(continuation, content, consumer)?:
+            continuation.yield(Delivery(element: CentralEvent(content, payload: event.payload), token: token(event.seq, consumer, 0)))
+        case let .dropped(seq)?:
+            acknowledge(seq)
+        default:
+            break
         }
     }
 
@@ -123,9 +189,16 @@ final class EventRouter: Sendable {
     // MARK: Finishing
 
     /// A consumer is done with its events up to `seq`.
+    /// The central's tokens finish across connections: `seq` numbers the
+    /// app's events for good, and the repeats a new connection brings of what
+    /// the central already holds are not given to it again (see `receive`).
     func finish(_ consumer: AcknowledgementLedger.Consumer, upTo seq: UInt64, epoch: Int) {
         acknowledge(state.withLock { state in
-            state.epoch == epoch ? state.ledger.finish(consumer, upTo: seq) : nil
+            if Self.isCentral(consumer) {
+                if consumer == state.centralConsumer { state.centralFinished = max(state.centralFinished ?? 0, seq) }
+                return state.ledger.finish(consumer, upTo: seq)
+            }
+            return state.epoch == epoch ? state.ledger.finish(consumer, upTo: seq) : nil
         })
     }
 
@@ -176,6 +249,57 @@ final class EventRouter: Sendable {
         state.withLock { $0.isRegisteredForNotifications = registered }
     }
 
+    /// A central manager registered: called on the reader thread with the
+    /// reply to `ble.registerCentral`, before any later event is read. Its
+    /// stream gets `willRestoreState` first, then the held events, in order.
+    func register(central sink: CentralSink, _ registered: CentralRegistered) {
+        let outcome = state.withLock { state -> (replaced: CentralSink?, held: [(event: AppEvent, content: BluetoothEventContent)], consumer: AcknowledgementLedger.Consumer)? in
+            guard !state.isEnded else { return nil }
+            sink.status.setState(registered.state)
+            let replaced = state.central
+            state.central = sink
+            state.centralCount += 1
+            (state.centralYielded, state.centralFinished) = (nil, nil)
+            defer { state.heldBluetooth = [] }
+            for (event, _) in state.heldBluetooth {
+                state.ledger.assign(event.seq, to: state.centralConsumer)
+                state.centralYielded = max(state.centralYielded ?? 0, event.seq)
+            }
+            return (replaced, state.heldBluetooth, state.centralConsumer)
+        }
+        guard let outcome else { return sink.continuation.finish() }
+        outcome.replaced?.continuation.finish()
+        if let restored = registered.restored {
+            sink.continuation.yield(Delivery(element: .willRestoreState(restored), token: nil))
+        }
+        for (event, content) in outcome.held {
+            sink.continuation.yield(
+                Delivery(element: CentralEvent(content, payload: event.payload), token: token(event.seq, outcome.consumer, 0)))
+        }
+    }
+
+    /// The central manager is gone (released, or its stream ended): later
+    /// Bluetooth events are held again, for the next one.
+    func unregister(central status: CentralStatus) {
+        let sink = state.withLock { state -> CentralSink? in
+            guard state.central?.status === status else { return nil }
+            defer { state.central = nil }
+            return state.central
+        }
+        sink?.continuation.finish()
+    }
+
+    /// The adapter state as the daemon reported it after a reconnection (on
+    /// the reader thread, with the reply): a change is yielded as `stateChanged`.
+    func refreshed(central status: CentralStatus, state bluetooth: BluetoothState) {
+        let continuation = state.withLock { state -> CentralContinuation? in
+            guard let central = state.central, central.status === status, status.state != bluetooth else { return nil }
+            status.setState(bluetooth)
+            return central.continuation
+        }
+        continuation?.yield(Delivery(element: .stateChanged(bluetooth), token: nil))
+    }
+
     // MARK: Connections
 
     /// The connection dropped: its sessions are over (the daemon that comes
@@ -187,27 +311,31 @@ final class EventRouter: Sendable {
 
     /// A new connection is greeted: what to tell it before anything else, so it
     /// matches this client's view: sessions to close, and the notification registration.
-    func reconnected() -> (staleSessions: [Int], register: Bool) {
+    func reconnected() -> (staleSessions: [Int], register: Bool, central: CentralStatus?) {
         state.withLock { state in
             defer { state.staleSessions = [] }
-            return (state.staleSessions, state.isRegisteredForNotifications)
+            return (state.staleSessions, state.isRegisteredForNotifications, state.central?.status)
         }
     }
 
     /// Nothing more comes: every stream ends.
     func end() {
-        let notifications = state.withLock { state in
+        let (notifications, central) = state.withLock { state in
             state.isEnded = true
-            return state.notifications
+            defer { state.central = nil }
+            return (state.notifications, state.central)
         }
         endSessions(reason: "the app disconnected from vigild", keepStale: false)
         notifications?.finish()
+        central?.continuation.finish()
     }
 
     private func endSessions(reason: String, keepStale: Bool) {
         let sinks = state.withLock { state in
             state.epoch += 1
             state.ledger.reset()
+            // Held events were not acknowledged: the next connection brings them again.
+            state.heldBluetooth = []
             state.closedSessions = []
             if keepStale { state.staleSessions += state.sessions.keys.sorted() }
             defer { state.sessions = [:] }

@@ -13,7 +13,7 @@ struct Vigilctl: AsyncParsableCommand {
             Status.self, Apps.self,
             Launch.self, Background.self, Foreground.self, Quit.self, Terminate.self,
             Wake.self, Log.self, Reload.self,
-            Accessories.self, Accessory.self,
+            Accessories.self, Accessory.self, Ble.self,
         ]
     )
 

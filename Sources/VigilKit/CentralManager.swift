@@ -1,0 +1,224 @@
+import VigilProtocol
+import VigilSystem
+
+/// Bluetooth LE in the central role, as `CBCentralManager`: scan, connect,
+/// and the events of the adapter and of the app's peripherals, delivered in
+/// one ordered stream.
+///
+/// ```swift
+/// let central = try await CentralManager(application: app, restoreIdentifier: "hrm")
+/// for await event in central.events {
+///     switch event {
+///     case let .willRestoreState(restored):      // relaunched in the background: first, if at all
+///         adopt(restored.peripherals)
+///     case .stateChanged(.poweredOn):
+///         try await central.connect(strapAddress)   // never times out
+///     case let .connected(address):
+///         let strap = central.peripheral(address)
+///         try await strap.setNotifyValue(true, service: "180d", characteristic: "2a37")
+///     case let .valueUpdated(path, value):
+///         try store(path, value)                 // done with it when the loop comes round
+///         await app.finishedProcessing()
+///     default:
+///         break
+///     }
+/// }
+/// ```
+///
+/// The daemon is the one central of the machine: it keeps the app's connect
+/// requests, subscriptions and scan while the app is suspended or not
+/// running, and wakes (or relaunches) an app with the `bluetooth-central`
+/// background mode for its events. With a restore identifier, an app
+/// relaunched that way gets what the daemon kept for it as
+/// `.willRestoreState`, before any other event.
+///
+/// Create one `CentralManager` per `Application`, early at every launch:
+/// Bluetooth events that arrive before it exists are held (not acknowledged),
+/// and handed to it once it is created, after `willRestoreState`. A second
+/// manager replaces the first (whose `events` then finish). After a daemon
+/// restart (`.connectionRestored` in `Application.events`) the manager is
+/// registered again, with the same restore identifier, before any request of
+/// the app reaches the new daemon.
+///
+/// Failures are thrown as `ProtocolError`: `unavailable` (no adapter,
+/// powered off, bluetoothd not running), `notFound`, `notConnected`,
+/// `deviceError` (BlueZ or the device refused; the message names BlueZ's
+/// error), `notPermitted`, `disconnected` (vigild is unreachable).
+public final class CentralManager: Sendable {
+    /// The identifier the daemon keeps the app's state under across relaunches, if any.
+    public let restoreIdentifier: String?
+    /// Everything about the adapter and the app's peripherals, in the daemon's
+    /// order: `willRestoreState` first (if the daemon restored anything), then
+    /// each event as it comes. Iterate it from one task only.
+    ///
+    /// Each event is acknowledged once the loop asks for the next one (or the
+    /// manager is released): an app that dies, or is frozen and killed, while
+    /// handling one gets it again at its next launch. An event held and not
+    /// finished holds back the acknowledgement of every later event of the
+    /// app, so keep iterating. Cancelling the iterating task ends the stream.
+    public let events: AsyncStream<CentralEvent>
+
+    let application: Application
+    private let status: CentralStatus
+
+    /// Registers with the daemon (`ble.registerCentral`). With a restore
+    /// identifier, an app relaunched in the background gets
+    /// `.willRestoreState` as the first element of `events`, before any other
+    /// Bluetooth event.
+    public init(application: Application, restoreIdentifier: String? = nil) async throws {
+        let session = application.session
+        let router = session.router
+        let status = CentralStatus(restoreIdentifier: restoreIdentifier)
+        let (stream, continuation) = AsyncStream.makeStream(of: Delivery<CentralEvent>.self)
+        let sink = CentralSink(continuation: continuation, status: status)
+        // The central is registered as its reply is read, before any later event
+        // can be. Unstructured, so a cancelled caller cannot leave the daemon with
+        // a central this process does not route to.
+        let registering = Task {
+            try await session.request(RegisterCentral(restoreIdentifier: restoreIdentifier), expecting: CentralRegistered.self) { reply in
+                guard let registered = try? reply.decode(CentralRegistered.self) else { return }
+                router.register(central: sink, registered)
+            }
+        }
+        do {
+            _ = try await registering.value
+        } catch {
+            continuation.finish()
+            throw error
+        }
+        continuation.onTermination = { [weak router, weak status] _ in
+            if let router, let status { router.unregister(central: status) }
+        }
+        let feed = CentralFeed(stream)
+        self.events = AsyncStream(unfolding: { await feed.next() })
+        self.restoreIdentifier = restoreIdentifier
+        self.application = application
+        self.status = status
+    }
+
+    deinit { application.session.router.unregister(central: status) }
+
+    /// The adapter's state as last known: from the registration, then from
+    /// each `ble.state` event, updated before `.stateChanged` is yielded.
+    public var state: BluetoothState { status.state }
+
+    /// Scans for peripherals advertising any of `services` (16-bit short forms
+    /// such as `"180d"` are fine; nil: every peripheral, which only an app in
+    /// the foreground may ask for). Replaces the app's earlier scan; the daemon
+    /// keeps it while the app is suspended. Results come as `.discovered`.
+    /// - Parameter allowDuplicates: every advertisement (RSSI updates), not just
+    ///   the first of each peripheral; ignored in the background.
+    public func scanForPeripherals(withServices services: [String]?, allowDuplicates: Bool = false) async throws {
+        _ = try await request(StartScan(services: services, allowDuplicates: allowDuplicates ? true : nil), expecting: Done.self)
+    }
+
+    public func stopScan() async throws {
+        _ = try await request(StopScan(), expecting: Done.self)
+    }
+
+    /// Asks for a connection. Returns once the daemon took the request; it never
+    /// times out: `.connected` comes when the peripheral is in range, possibly
+    /// much later, possibly after a relaunch of the app. After a disconnect the
+    /// request stays (`willReconnect`) until `cancelPeripheralConnection`.
+    public func connect(_ address: String) async throws {
+        _ = try await request(ConnectPeripheral(peripheral: address), expecting: Done.self)
+    }
+
+    /// Cancels a pending connect, or ends the app's use of the link (which stays
+    /// up while another app uses it). Subscriptions of the app end with it.
+    public func cancelPeripheralConnection(_ address: String) async throws {
+        _ = try await request(CancelPeripheralConnection(peripheral: address), expecting: Done.self)
+    }
+
+    /// The peripherals the daemon knows: seen by a scan, or connected.
+    public func knownPeripherals() async throws -> [PeripheralInfo] {
+        try await request(ListPeripherals(), expecting: PeripheralList.self).peripherals
+    }
+
+    /// The peripheral at `address`, to use its GATT services (it must be connected for that).
+    public func peripheral(_ address: String) -> Peripheral {
+        Peripheral(address: address, application: application)
+    }
+
+    private func request<Reply: Message>(_ message: some Message, expecting _: Reply.Type) async throws -> Reply {
+        try await application.session.request(message, expecting: Reply.self)
+    }
+}
+
+/// What a `CentralManager` reports, in order.
+public enum CentralEvent: Sendable, Equatable {
+    /// The app was relaunched and the daemon kept state for its restore
+    /// identifier: its connections, pending connects and subscriptions (which
+    /// go on), and its scan. Only ever the first event.
+    case willRestoreState(CentralRestoredState)
+    /// The adapter's state changed; `CentralManager.state` already says so.
+    case stateChanged(BluetoothState)
+    /// An advertisement matched the app's scan.
+    case discovered(PeripheralInfo)
+    /// A peripheral the app asked to connect to is connected (its address).
+    case connected(String)
+    /// A peripheral of the app disconnected. `willReconnect`: the connect request
+    /// stays pending, and the daemon connects again when the peripheral is back.
+    case disconnected(String, reason: String, willReconnect: Bool)
+    /// A value of a subscribed characteristic (a notification or indication).
+    /// The path names services and characteristics by their full lowercase UUIDs.
+    case valueUpdated(CharacteristicPath, [UInt8])
+
+    init(_ content: BluetoothEventContent, payload: [UInt8]) {
+        switch content {
+        case let .state(state): self = .stateChanged(state)
+        case let .discovered(peripheral): self = .discovered(peripheral)
+        case let .connected(peripheral): self = .connected(peripheral)
+        case let .disconnected(peripheral, reason, willReconnect):
+            self = .disconnected(peripheral, reason: reason, willReconnect: willReconnect)
+        case let .notification(path): self = .valueUpdated(path, payload)
+        }
+    }
+}
+
+extension AppEvent {
+    /// The typed content of a Bluetooth event (`ble.*`), nil for other kinds.
+    public var bluetoothContent: BluetoothEventContent? {
+        (try? BluetoothEventContent(kind: kind, attributes: attributes)) ?? nil
+    }
+}
+
+/// Where the router sends a central manager's events.
+struct CentralSink: Sendable {
+    var continuation: EventRouter.CentralContinuation
+    var status: CentralStatus
+}
+
+/// What the central manager reports without a round trip, kept current by the router.
+final class CentralStatus: Sendable {
+    let restoreIdentifier: String?
+    private let current = Locked(BluetoothState.unknown)
+
+    init(restoreIdentifier: String?) { self.restoreIdentifier = restoreIdentifier }
+
+    var state: BluetoothState { current.withLock { $0 } }
+    func setState(_ state: BluetoothState) { current.withLock { $0 = state } }
+}
+
+/// Feeds `CentralManager.events` one delivery at a time: `AsyncStream(unfolding:)`
+/// asks for the next only when the consumer does, which is when it is done with
+/// the previous one, whose token is then finished. Only one consumer calls
+/// `next`, one call at a time (`AsyncStream`'s own contract), hence `@unchecked`.
+final class CentralFeed: @unchecked Sendable {
+    private var iterator: AsyncStream<Delivery<CentralEvent>>.AsyncIterator
+    private var current: AcknowledgementToken?
+
+    init(_ stream: AsyncStream<Delivery<CentralEvent>>) {
+        iterator = stream.makeAsyncIterator()
+    }
+
+    func next() async -> CentralEvent? {
+        current?.finish()
+        current = nil
+        guard let delivery = await iterator.next() else { return nil }
+        current = delivery.token
+        return delivery.element
+    }
+
+    deinit { current?.finish() }
+}

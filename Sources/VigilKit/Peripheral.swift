@@ -1,0 +1,105 @@
+import VigilProtocol
+
+/// A peripheral's GATT services, as `CBPeripheral`, named by its address. Get
+/// one from `CentralManager.peripheral(_:)`; it is a plain value, cheap to
+/// make again. Its operations need the app's connection to the peripheral
+/// (`notConnected` otherwise; `setNotifyValue` excepted, see there).
+///
+/// Services and characteristics are named by UUID, in the 16-bit short form
+/// (`"180d"`, `"2a37"`) or the full form; the daemon answers with the full
+/// lowercase form (`GATTUUID` converts).
+public struct Peripheral: Sendable {
+    public let address: String
+    let application: Application
+
+    init(address: String, application: Application) {
+        self.address = address
+        self.application = application
+    }
+
+    /// The services, characteristics (with BlueZ's property flags) and
+    /// descriptors, once BlueZ has resolved them.
+    public func discoverServices() async throws -> [GATTServiceInfo] {
+        try await application.session.request(DiscoverServices(peripheral: address), expecting: GATTServices.self).services
+    }
+
+    /// Reads a characteristic's value.
+    public func readValue(service: String, characteristic: String) async throws -> [UInt8] {
+        try await readValue(service: service, characteristic: characteristic, descriptor: nil)
+    }
+
+    /// Reads a descriptor of a characteristic (nil: the characteristic itself).
+    public func readValue(service: String, characteristic: String, descriptor: String?) async throws -> [UInt8] {
+        let request = ReadCharacteristic(path(service, characteristic), descriptor: descriptor)
+        return try await application.session.requestWithBody(request, expecting: CharacteristicValue.self).body
+    }
+
+    /// Writes a characteristic. With response, it returns once the device
+    /// confirmed; without, once BlueZ took the value.
+    public func writeValue(_ value: [UInt8], service: String, characteristic: String, withResponse: Bool = true) async throws {
+        let request = WriteCharacteristic(path(service, characteristic), withResponse: withResponse)
+        _ = try await application.session.request(request, body: value, expecting: Done.self)
+    }
+
+    /// Subscribes to (or unsubscribes from) a characteristic's notifications or
+    /// indications; values come as `CentralEvent.valueUpdated`. The daemon keeps
+    /// the subscription across disconnects and app relaunches, and renews it on
+    /// every reconnect; a subscription asked for while the peripheral is away is
+    /// pending until it connects.
+    /// - Parameter acquire: use BlueZ's AcquireNotify (a socket: cheaper per
+    ///   value, for fast notifiers; a peripheral's first notifications after a
+    ///   connect can be lost) instead of StartNotify.
+    public func setNotifyValue(_ enabled: Bool, service: String, characteristic: String, acquire: Bool = false) async throws {
+        let request = SetNotify(path(service, characteristic), enabled: enabled, acquire: acquire ? true : nil)
+        _ = try await application.session.request(request, expecting: Done.self)
+    }
+
+    private func path(_ service: String, _ characteristic: String) -> CharacteristicPath {
+        CharacteristicPath(peripheral: address, service: service, characteristic: characteristic)
+    }
+}
+
+/// Bluetooth UUIDs in the daemon's form (lowercase, 128-bit, hyphenated) and
+/// the short form people write, so that an app compares what it asked for with
+/// what events name: `GATTUUID.matches(path.characteristic, "2a37")`.
+public enum GATTUUID {
+    static let baseSuffix = "-0000-1000-8000-00805f9b34fb"
+
+    /// The full lowercase form of a 16-, 32- or 128-bit UUID (`"180D"`,
+    /// `"0x2a37"`, `"0000180d-0000-…"`); nil if `text` is not a UUID.
+    public static func canonical(_ text: String) -> String? {
+        var hex = text.lowercased()
+        if hex.hasPrefix("0x") { hex.removeFirst(2) }
+        guard !hex.isEmpty, hex.allSatisfy({ $0.isHexDigit || $0 == "-" }) else { return nil }
+        let digits = hex.filter { $0 != "-" }
+        switch digits.count {
+        case 4 where !hex.contains("-"): return "0000" + digits + baseSuffix
+        case 8 where !hex.contains("-"): return digits + baseSuffix
+        case 32:
+            let d = Array(digits)
+            return String(d[0..<8]) + "-" + String(d[8..<12]) + "-" + String(d[12..<16]) + "-"
+                + String(d[16..<20]) + "-" + String(d[20..<32])
+        default: return nil
+        }
+    }
+
+    /// The short form (`"180d"`) of a UUID on the Bluetooth base, else the full form.
+    public static func short(_ uuid: String) -> String {
+        guard let full = canonical(uuid), full.hasSuffix(baseSuffix) else { return uuid.lowercased() }
+        let head = full.prefix(8)
+        return head.hasPrefix("0000") ? String(head.dropFirst(4)) : String(head)
+    }
+
+    /// Whether two spellings name the same UUID.
+    public static func matches(_ lhs: String, _ rhs: String) -> Bool {
+        guard let lhs = canonical(lhs), let rhs = canonical(rhs) else { return lhs.lowercased() == rhs.lowercased() }
+        return lhs == rhs
+    }
+}
+
+extension CharacteristicPath {
+    /// Whether this names `characteristic` of `service`, in any spelling (`"180d"`, `"2a37"`).
+    public func matches(service: String, characteristic: String) -> Bool {
+        GATTUUID.matches(self.service, service) && GATTUUID.matches(self.characteristic, characteristic)
+    }
+}

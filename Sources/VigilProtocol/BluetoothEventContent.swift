@@ -1,0 +1,127 @@
+import Foundation
+
+/// The typed reading of an event (for apps) or a `blePush` (for control
+/// clients) whose kind is one of `BluetoothEventKind`: attributes are flat
+/// JSON, so every client decodes them the same way. The value of a
+/// notification travels in the body, not here.
+///
+/// The daemon can build the attributes from the same type (`kind`,
+/// `attributes`), so both ends agree by construction.
+public enum BluetoothEventContent: Sendable, Equatable {
+    /// `ble.state`: `state`.
+    case state(BluetoothState)
+    /// `ble.discovered`: the `PeripheralInfo` members.
+    case discovered(PeripheralInfo)
+    /// `ble.connected`: `peripheral`.
+    case connected(peripheral: String)
+    /// `ble.disconnected`: `peripheral`, `reason`, `willReconnect`.
+    case disconnected(peripheral: String, reason: String, willReconnect: Bool)
+    /// `ble.notification`: `peripheral`, `service`, `characteristic`; the value in the body.
+    case notification(CharacteristicPath)
+
+    /// Decodes an event of a Bluetooth kind; nil for any other kind (including
+    /// `ble.*` kinds this version does not know). Malformed attributes of a
+    /// known kind throw `invalidArgument`.
+    public init?(kind: String, attributes: [String: JSONValue]) throws(ProtocolError) {
+        switch kind {
+        case BluetoothEventKind.state:
+            let raw = try Self.string("state", in: attributes, of: kind)
+            // A state a newer daemon adds reads as `unknown`, not as an error.
+            self = .state(BluetoothState(rawValue: raw) ?? .unknown)
+        case BluetoothEventKind.discovered:
+            self = .discovered(try PeripheralInfo(attributes: attributes))
+        case BluetoothEventKind.connected:
+            self = .connected(peripheral: try Self.string("peripheral", in: attributes, of: kind))
+        case BluetoothEventKind.disconnected:
+            self = .disconnected(
+                peripheral: try Self.string("peripheral", in: attributes, of: kind),
+                reason: attributes["reason"]?.stringValue ?? "",
+                willReconnect: attributes["willReconnect"] == .bool(true))
+        case BluetoothEventKind.notification:
+            self = .notification(
+                CharacteristicPath(
+                    peripheral: try Self.string("peripheral", in: attributes, of: kind),
+                    service: try Self.string("service", in: attributes, of: kind),
+                    characteristic: try Self.string("characteristic", in: attributes, of: kind)))
+        default:
+            return nil
+        }
+    }
+
+    /// Whether `kind` is one of the Bluetooth event kinds (known to this version or not).
+    public static func isBluetoothKind(_ kind: String) -> Bool {
+        kind.hasPrefix("ble.")
+    }
+
+    /// The event kind, one of `BluetoothEventKind`.
+    public var kind: String {
+        switch self {
+        case .state: BluetoothEventKind.state
+        case .discovered: BluetoothEventKind.discovered
+        case .connected: BluetoothEventKind.connected
+        case .disconnected: BluetoothEventKind.disconnected
+        case .notification: BluetoothEventKind.notification
+        }
+    }
+
+    /// The attributes as they go on the wire.
+    public var attributes: [String: JSONValue] {
+        switch self {
+        case let .state(state):
+            ["state": .string(state.rawValue)]
+        case let .discovered(peripheral):
+            peripheral.attributes
+        case let .connected(peripheral):
+            ["peripheral": .string(peripheral)]
+        case let .disconnected(peripheral, reason, willReconnect):
+            ["peripheral": .string(peripheral), "reason": .string(reason), "willReconnect": .bool(willReconnect)]
+        case let .notification(path):
+            ["peripheral": .string(path.peripheral), "service": .string(path.service), "characteristic": .string(path.characteristic)]
+        }
+    }
+
+    /// The peripheral the event is about; nil for `state`.
+    public var peripheral: String? {
+        switch self {
+        case .state: nil
+        case let .discovered(info): info.address
+        case let .connected(peripheral), let .disconnected(peripheral, _, _): peripheral
+        case let .notification(path): path.peripheral
+        }
+    }
+
+    private static func string(_ key: String, in attributes: [String: JSONValue], of kind: String) throws(ProtocolError) -> String {
+        guard let value = attributes[key]?.stringValue else {
+            throw ProtocolError(.invalidArgument, "\(kind): attribute '\(key)' is missing or not a string")
+        }
+        return value
+    }
+}
+
+extension PeripheralInfo {
+    /// The peripheral's members as event attributes (`ble.discovered`): the same keys as its JSON.
+    public var attributes: [String: JSONValue] {
+        guard let data = try? JSONEncoder().encode(self),
+              case let .object(object)? = try? JSONDecoder().decode(JSONValue.self, from: data) else { return [:] }
+        return object
+    }
+
+    /// Reads a peripheral back from event attributes. Only `address` is
+    /// required: the collections default to empty, `addressType` to `public`
+    /// and `state` to `disconnected`; other keys are ignored.
+    public init(attributes: [String: JSONValue]) throws(ProtocolError) {
+        let defaults: [String: JSONValue] = [
+            "addressType": "public", "state": "disconnected", "serviceUUIDs": .array([]),
+            "manufacturerData": .object([:]), "serviceData": .object([:]),
+        ]
+        let complete = attributes.merging(defaults) { given, _ in given }
+        do {
+            let data = try JSONEncoder().encode(JSONValue.object(complete))
+            self = try JSONDecoder().decode(PeripheralInfo.self, from: data)
+        } catch let DecodingError.keyNotFound(key, _) {
+            throw ProtocolError(.invalidArgument, "peripheral attributes: missing '\(key.stringValue)'")
+        } catch {
+            throw ProtocolError(.invalidArgument, "peripheral attributes: \(error)")
+        }
+    }
+}
