@@ -231,7 +231,7 @@ extension BluetoothCentral {
         log("bluetooth: state \(lastState.rawValue) -> \(now.rawValue)")
         lastState = now
         for client in clients.keys {
-            emit(BluetoothEventKind.state, ["state": .string(now.rawValue)], to: client)
+            emit(.state(now), to: client)
         }
     }
 

@@ -212,11 +212,8 @@ extension BluetoothCentral {
               let service = tree.properties(servicePath, BlueZ.gattService).map({ GattServiceView(path: servicePath, properties: $0) }),
               let devicePath = service.device, let device = tree.device(at: devicePath) else { return }
         let key = CharacteristicPath(peripheral: device.address, service: service.uuid, characteristic: characteristic.uuid)
-        let attributes: [String: JSONValue] = [
-            "peripheral": .string(key.peripheral), "service": .string(key.service), "characteristic": .string(key.characteristic),
-        ]
         for (client, state) in clients where state.subscriptions[key] != nil {
-            emit(BluetoothEventKind.notification, attributes, body: value, to: client)
+            emit(.notification(key), body: value, to: client)
         }
     }
 

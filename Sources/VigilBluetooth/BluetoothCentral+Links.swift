@@ -96,7 +96,7 @@ extension BluetoothCentral {
             if !wasUp { log("bluetooth: \(address): connected") }
             for (client, state) in clients where state.connects.contains(address) && !state.announced.contains(address) {
                 clients[client]?.announced.insert(address)
-                emit(BluetoothEventKind.connected, ["peripheral": .string(address)], to: client)
+                emit(.connected(peripheral: address), to: client)
             }
             if device.servicesResolved { servicesResolved(device) }
         } else if links[address]?.connected == true {
@@ -117,10 +117,7 @@ extension BluetoothCentral {
         }
         for (client, state) in clients where state.announced.contains(address) {
             clients[client]?.announced.remove(address)
-            emit(BluetoothEventKind.disconnected, [
-                "peripheral": .string(address), "reason": .string(reason),
-                "willReconnect": .bool(state.connects.contains(address)),
-            ], to: client)
+            emit(.disconnected(peripheral: address, reason: reason, willReconnect: state.connects.contains(address)), to: client)
         }
     }
 
@@ -151,9 +148,7 @@ extension BluetoothCentral {
         let subscribed = clients[client]?.subscriptions.keys.filter { $0.peripheral == address } ?? []
         for path in subscribed { clients[client]?.subscriptions[path] = nil }
         if clients[client]?.announced.remove(address) != nil {
-            emit(BluetoothEventKind.disconnected, [
-                "peripheral": .string(address), "reason": .string("cancelled by the app"), "willReconnect": .bool(false),
-            ], to: client)
+            emit(.disconnected(peripheral: address, reason: "cancelled by the app", willReconnect: false), to: client)
         }
         reconcileNotifications(address)
         reconcileLink(address)

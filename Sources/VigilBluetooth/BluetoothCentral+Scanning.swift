@@ -123,7 +123,7 @@ extension BluetoothCentral {
                 guard scan.allowDuplicates, delegate?.centralClientIsForeground(client) ?? false else { continue }
             }
             clients[client]?.seen.insert(device.address)
-            emit(BluetoothEventKind.discovered, info.attributes, to: client)
+            emit(.discovered(info), to: client)
         }
     }
 
@@ -144,23 +144,6 @@ extension BluetoothCentral {
         for address in Set(clients.values.flatMap(\.connects)).subtracting(known).sorted() {
             result.append(PeripheralInfo(address: address, state: "connecting"))
         }
-        return result
-    }
-}
-
-extension PeripheralInfo {
-    /// The members as event attributes (`ble.discovered`).
-    public var attributes: [String: JSONValue] {
-        var result: [String: JSONValue] = [
-            "address": .string(address), "peripheral": .string(address), "addressType": .string(addressType),
-            "state": .string(state), "serviceUUIDs": .array(serviceUUIDs.map(JSONValue.string)),
-            "manufacturerData": .object(manufacturerData.mapValues(JSONValue.string)),
-            "serviceData": .object(serviceData.mapValues(JSONValue.string)),
-        ]
-        if let name { result["name"] = .string(name) }
-        if let rssi { result["rssi"] = .number(Double(rssi)) }
-        if let txPower { result["txPower"] = .number(Double(txPower)) }
-        if let mtu { result["mtu"] = .number(Double(mtu)) }
         return result
     }
 }

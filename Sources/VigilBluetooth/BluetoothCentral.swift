@@ -61,8 +61,8 @@ public actor BluetoothCentral {
         bus = nil
     }
 
-    func emit(_ kind: String, _ attributes: [String: JSONValue], body: [UInt8] = [], to client: CentralClient) {
-        delegate?.central(emit: kind, attributes: attributes, body: body, to: client)
+    func emit(_ event: BluetoothEventContent, body: [UInt8] = [], to client: CentralClient) {
+        delegate?.central(emit: event, body: body, to: client)
     }
 }
 

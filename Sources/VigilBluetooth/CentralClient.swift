@@ -19,7 +19,7 @@ public enum CentralClient: Hashable, Sendable, CustomStringConvertible {
 /// services, and their duplicates are always coalesced).
 public protocol BluetoothCentralDelegate: AnyObject, Sendable {
     /// An event for `client`, in order. Called on the central's loop.
-    func central(emit kind: String, attributes: [String: JSONValue], body: [UInt8], to client: CentralClient)
+    func central(emit event: BluetoothEventContent, body: [UInt8], to client: CentralClient)
     func centralClientIsForeground(_ client: CentralClient) -> Bool
 }
 

@@ -5,8 +5,8 @@ import VigilProtocol
 /// The central role's events, carried to apps through their event queues
 /// (waking them with `bluetooth-central`) and to vigilctl as pushes.
 extension DaemonCore: BluetoothCentralDelegate {
-    nonisolated func central(emit kind: String, attributes: [String: JSONValue], body: [UInt8], to client: CentralClient) {
-        assumeIsolated { $0.deliverBluetoothEvent(kind, attributes, body, to: client) }
+    nonisolated func central(emit event: BluetoothEventContent, body: [UInt8], to client: CentralClient) {
+        assumeIsolated { $0.deliverBluetoothEvent(event.kind, event.attributes, body, to: client) }
     }
 
     nonisolated func centralClientIsForeground(_ client: CentralClient) -> Bool {
