@@ -60,6 +60,12 @@ extension BluetoothCentral {
         reconcileDiscovery()
     }
 
+    /// The restore identifier kept for a client with something to restore.
+    public func restoreIdentifiers(of client: CentralClient) -> [String] {
+        guard let state = clients[client], !state.isEmpty, let identifier = state.restoreIdentifier else { return [] }
+        return [identifier]
+    }
+
     /// Every client's use, for `vigilctl ble` and the status listing.
     public func clientSummary() -> [(client: CentralClient, connects: [String], subscriptions: Int, scanning: Bool)] {
         clients.sorted { $0.key.description < $1.key.description }.map {

@@ -76,7 +76,7 @@ extension DaemonCore {
             send(
                 Welcome(
                     version: version, daemon: Self.version, role: .app, app: owner, state: app.state,
-                    launch: app.launch, deadline: app.state.isForeground ? nil : app.limitAt, limits: limits),
+                    launch: withRestoreIdentifiers(app.launch, of: owner), deadline: app.state.isForeground ? nil : app.limitAt, limits: limits),
                 to: connection)
             _ = try withEngine { engine, now in engine.connected(owner, now: now) }
         }

@@ -335,6 +335,11 @@ class BluetoothCentralTests(unittest.TestCase):
         self.wait_until(lambda: self.state() == "notRunning", "termination")
         self.heart_rate(67)
         self.wait_until(lambda: len([r for r in self.records() if r["kind"] == "launch"]) == 2, "a relaunch")
+        self.wait_until(lambda: len([r for r in self.records() if r["kind"] == "centralRegistered"]) == 2,
+                        "the relaunched app's central manager")
+        relaunch = [r for r in self.records() if r["kind"] == "launch"][-1]["launch"]
+        self.assertNotEqual(relaunch["reason"], "user")
+        self.assertEqual(relaunch["restoreIdentifiers"], ["hrm"], "launch options name the manager to recreate")
         registered = [r for r in self.records() if r["kind"] == "centralRegistered"]
         restored = registered[-1]["restored"]
         self.assertIsNotNone(restored, registered)

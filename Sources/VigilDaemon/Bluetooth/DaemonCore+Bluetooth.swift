@@ -65,6 +65,14 @@ extension DaemonCore {
         central.assumeIsolated { $0.clientEnded(.app(app), keep: keep) }
     }
 
+    /// A launch not by the user names the central managers the daemon kept
+    /// for the app, so it recreates them (CoreBluetooth's launch options).
+    func withRestoreIdentifiers(_ launch: LaunchOptions?, of app: String) -> LaunchOptions? {
+        guard var launch, launch.reason != .user, let central else { return launch }
+        launch.restoreIdentifiers = central.assumeIsolated { $0.restoreIdentifiers(of: .app(app)) }
+        return launch
+    }
+
     func bluetoothControlClosed(_ connectionID: Int) {
         central?.assumeIsolated { $0.clientEnded(.control(connectionID), keep: false) }
     }

@@ -1,0 +1,114 @@
+import Testing
+import VigilDBus
+@testable import VigilBluetooth
+
+/// The mirror, fed the values BlueZ sends (GetManagedObjects, InterfacesAdded/
+/// Removed, PropertiesChanged), built here as BlueZ's D-Bus types.
+@Suite("BlueZ object tree mirror")
+struct BlueZObjectTreeTests {
+    static let adapter: ObjectPath = "/org/bluez/hci0"
+    static let device: ObjectPath = "/org/bluez/hci0/dev_C0_DE_00_00_00_01"
+    static let service: ObjectPath = "/org/bluez/hci0/dev_C0_DE_00_00_00_01/service000a"
+    static let measurement: ObjectPath = "/org/bluez/hci0/dev_C0_DE_00_00_00_01/service000a/char000b"
+
+    static func interfaces(_ entries: [String: [String: DBusValue]]) -> DBusValue {
+        .dictionary(keySignature: "s", valueSignature: "a{sv}", entries.sorted { $0.key < $1.key }.map {
+            DBusDictEntry(key: .string($0.key), value: .stringVariantDictionary($0.value))
+        })
+    }
+
+    static func managed(_ objects: [ObjectPath: [String: [String: DBusValue]]]) -> DBusValue {
+        .dictionary(keySignature: "o", valueSignature: "a{sa{sv}}", objects.sorted { $0.key < $1.key }.map {
+            DBusDictEntry(key: .objectPath($0.key), value: interfaces($0.value))
+        })
+    }
+
+    static let snapshot: [ObjectPath: [String: [String: DBusValue]]] = [
+        adapter: [BlueZ.adapter: ["Address": .string("00:AA:01:00:00:23"), "Powered": .bool(true)]],
+        device: [BlueZ.device: [
+            "Address": .string("c0:de:00:00:00:01"), "AddressType": .string("random"), "Alias": .string("Vigil HRM"),
+            "Adapter": .objectPath(adapter), "RSSI": .int16(-60), "Connected": .bool(false),
+            "UUIDs": .strings(["0000180d-0000-1000-8000-00805f9b34fb"]),
+            "ManufacturerData": .dictionary(keySignature: "q", valueSignature: "v", [
+                DBusDictEntry(key: .uint16(0x004c), value: .variant(.bytes([1, 2, 0xff]))),
+            ]),
+        ]],
+    ]
+
+    @Test func readsTheSnapshotThroughTypedViews() throws {
+        let tree = BlueZObjectTree(managedObjects: Self.managed(Self.snapshot))
+        #expect(tree.adapters.map(\.name) == ["hci0"])
+        #expect(tree.adapters.first?.powered == true)
+        let device = try #require(tree.device(address: "C0:DE:00:00:00:01"))
+        #expect(device.address == "C0:DE:00:00:00:01")  // BlueZ's case does not matter
+        #expect(device.name == "Vigil HRM")               // Alias when there is no Name
+        #expect(device.rssi == -60)
+        #expect(device.serviceUUIDs == ["0000180d-0000-1000-8000-00805f9b34fb"])
+        #expect(device.manufacturerData == ["76": "0102ff"])
+        #expect(device.adapter == Self.adapter)
+    }
+
+    @Test func signalsAddChangeAndRemoveObjects() throws {
+        var tree = BlueZObjectTree(managedObjects: Self.managed(Self.snapshot))
+        tree.interfacesAdded(Self.service, Self.interfaces([BlueZ.gattService: [
+            "UUID": .string("0000180d-0000-1000-8000-00805f9b34fb"), "Device": .objectPath(Self.device), "Primary": .bool(true),
+        ]]))
+        tree.interfacesAdded(Self.measurement, Self.interfaces([BlueZ.gattCharacteristic: [
+            "UUID": .string("00002A37-0000-1000-8000-00805F9B34FB"), "Service": .objectPath(Self.service),
+            "Flags": .strings(["notify"]),
+        ]]))
+        let found = try #require(tree.characteristic(
+            of: Self.device, service: BluetoothUUID.normalize("180d")!, characteristic: BluetoothUUID.normalize("2a37")!))
+        #expect(found.path == Self.measurement)
+        #expect(found.flags == ["notify"])
+
+        tree.propertiesChanged(Self.device, interface: BlueZ.device, changed: ["Connected": .variant(.bool(true))], invalidated: ["RSSI"])
+        #expect(tree.device(at: Self.device)?.connected == true)
+        #expect(tree.device(at: Self.device)?.rssi == nil)
+        tree.propertiesChanged(Self.measurement, interface: BlueZ.gattCharacteristic, changed: ["Value": .bytes([0x16, 72])], invalidated: [])
+        #expect(tree.characteristic(at: Self.measurement)?.value == [0x16, 72])
+
+        // A change racing a removal is ignored; removing the last interface removes the object.
+        tree.interfacesRemoved(Self.measurement, [BlueZ.gattCharacteristic])
+        tree.propertiesChanged(Self.measurement, interface: BlueZ.gattCharacteristic, changed: ["Value": .bytes([1])], invalidated: [])
+        #expect(tree.characteristic(at: Self.measurement) == nil)
+        #expect(tree.objects[Self.measurement] == nil)
+        tree.interfacesRemoved(Self.device, [BlueZ.device])
+        #expect(tree.device(address: "C0:DE:00:00:00:01") == nil)
+        #expect(tree.services(of: Self.device).count == 1, "children go by their own InterfacesRemoved")
+    }
+
+    @Test func mistypedPropertiesReadAsAbsent() {
+        let tree = BlueZObjectTree(managedObjects: Self.managed([
+            Self.device: [BlueZ.device: ["Address": .uint32(7), "RSSI": .string("loud"), "Connected": .string("yes")]],
+        ]))
+        let device = tree.device(at: Self.device)
+        #expect(device?.address == "")
+        #expect(device?.rssi == nil)
+        #expect(device?.connected == false)
+    }
+}
+
+@Suite("Bluetooth UUIDs")
+struct BluetoothUUIDTests {
+    @Test(arguments: [
+        ("180d", "0000180d-0000-1000-8000-00805f9b34fb"),
+        ("0x180D", "0000180d-0000-1000-8000-00805f9b34fb"),
+        ("0000180D", "0000180d-0000-1000-8000-00805f9b34fb"),
+        ("0000180D-0000-1000-8000-00805F9B34FB", "0000180d-0000-1000-8000-00805f9b34fb"),
+        ("6e400001b5a3f393e0a9e50e24dcca9e", "6e400001-b5a3-f393-e0a9-e50e24dcca9e"),
+    ])
+    func normalizes(_ input: String, _ canonical: String) {
+        #expect(BluetoothUUID.normalize(input) == canonical)
+    }
+
+    @Test(arguments: ["", "18", "180g", "12345", "0x", "180d-0000"])
+    func rejects(_ input: String) {
+        #expect(BluetoothUUID.normalize(input) == nil)
+    }
+
+    @Test func shortFormOnlyOnTheBase() {
+        #expect(BluetoothUUID.short("0000180d-0000-1000-8000-00805f9b34fb") == "180d")
+        #expect(BluetoothUUID.short("6e400001-b5a3-f393-e0a9-e50e24dcca9e") == "6e400001-b5a3-f393-e0a9-e50e24dcca9e")
+    }
+}
