@@ -107,6 +107,7 @@ extension BluetoothCentral {
         log("bluetooth: mirror loaded: \(tree.adapters.count) adapter(s), \(tree.devices.count) device(s)")
         stateMayHaveChanged()
         reconcileEverything()
+        if let peripheral { Task { await peripheral.bluezReady() } }
     }
 
     private func retryLoad(_ owner: String) async {
@@ -127,6 +128,7 @@ extension BluetoothCentral {
         notify = [:]
         for address in connected { linkWentDown(address, reason: "bluetoothd stopped") }
         for address in links.keys { links[address]?.cancelAttempt(loop: loop) }
+        peripheral?.assumeIsolated { $0.bluezGone() }
         stateMayHaveChanged()
     }
 
@@ -223,6 +225,12 @@ extension BluetoothCentral {
     }
 
     public var adapterName: String? { adapter?.name }
+
+    /// The bus and adapter the peripheral role publishes through, while BlueZ is there.
+    func roleAccess() -> (bus: DBusConnection, adapter: ObjectPath)? {
+        guard let bus, bluezOwner != nil, !loading, let adapter else { return nil }
+        return (bus, adapter.path)
+    }
 
     /// Tells every client with a manager when the state changes.
     func stateMayHaveChanged() {

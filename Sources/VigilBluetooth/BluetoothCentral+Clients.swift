@@ -7,7 +7,7 @@ extension BluetoothCentral {
     /// A client's central manager. An app relaunched with the same restore
     /// identifier gets back what its earlier process left: connected and
     /// pending peripherals with their services and subscriptions, and its scan.
-    public func register(_ client: CentralClient, restoreIdentifier: String?) -> CentralRegistered {
+    public func register(_ client: BluetoothClient, restoreIdentifier: String?) -> CentralRegistered {
         let kept = clients[client]
         var restored: CentralRestoredState?
         if let kept, let restoreIdentifier, kept.restoreIdentifier == restoreIdentifier, !kept.isEmpty {
@@ -23,7 +23,7 @@ extension BluetoothCentral {
         return CentralRegistered(state: state, restored: restored)
     }
 
-    func restorationState(of client: CentralClient, _ kept: CentralClientState) -> CentralRestoredState {
+    func restorationState(of client: BluetoothClient, _ kept: CentralClientState) -> CentralRestoredState {
         let peripherals = kept.connects.sorted().map { address -> RestoredPeripheral in
             guard let device = tree.device(address: address) else {
                 return RestoredPeripheral(peripheral: PeripheralInfo(address: address, state: "connecting"), services: [])
@@ -40,7 +40,7 @@ extension BluetoothCentral {
     /// (an app with a restore identifier that was not force-quit), so its
     /// links, pending connects, subscriptions and scan stay, and their events
     /// go on queueing (and relaunch it). Otherwise all of it ends.
-    public func clientEnded(_ client: CentralClient, keep: Bool) {
+    public func clientEnded(_ client: BluetoothClient, keep: Bool) {
         guard let state = clients[client] else { return }
         if keep && state.restoreIdentifier != nil {
             log("bluetooth: \(client) ended; keeping \(state.connects.count) link(s) and \(state.subscriptions.count) subscription(s) for its relaunch")
@@ -50,7 +50,7 @@ extension BluetoothCentral {
         clients[client] = nil
     }
 
-    private func forget(_ client: CentralClient) {
+    private func forget(_ client: BluetoothClient) {
         guard let state = clients[client] else { return }
         clients[client] = CentralClientState(restoreIdentifier: state.restoreIdentifier)
         for address in state.connects.union(state.subscriptions.keys.map(\.peripheral)) {
@@ -61,13 +61,13 @@ extension BluetoothCentral {
     }
 
     /// The restore identifier kept for a client with something to restore.
-    public func restoreIdentifiers(of client: CentralClient) -> [String] {
+    public func restoreIdentifiers(of client: BluetoothClient) -> [String] {
         guard let state = clients[client], !state.isEmpty, let identifier = state.restoreIdentifier else { return [] }
         return [identifier]
     }
 
     /// Every client's use, for `vigilctl ble` and the status listing.
-    public func clientSummary() -> [(client: CentralClient, connects: [String], subscriptions: Int, scanning: Bool)] {
+    public func clientSummary() -> [(client: BluetoothClient, connects: [String], subscriptions: Int, scanning: Bool)] {
         clients.sorted { $0.key.description < $1.key.description }.map {
             ($0.key, $0.value.connects.sorted(), $0.value.subscriptions.count, $0.value.scan != nil)
         }

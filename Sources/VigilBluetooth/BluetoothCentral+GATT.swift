@@ -8,7 +8,7 @@ import VigilSystem
 extension BluetoothCentral {
     // MARK: Discovery
 
-    public func discoverServices(_ client: CentralClient, address rawAddress: String) async throws(ProtocolError) -> [GATTServiceInfo] {
+    public func discoverServices(_ client: BluetoothClient, address rawAddress: String) async throws(ProtocolError) -> [GATTServiceInfo] {
         let address = try Self.address(rawAddress)
         guard let device = tree.device(address: address), device.connected else {
             throw ProtocolError(.notConnected, "\(address) is not connected; connect first")
@@ -22,7 +22,7 @@ extension BluetoothCentral {
         return services(of: device, for: client)
     }
 
-    func services(of device: DeviceView, for client: CentralClient) -> [GATTServiceInfo] {
+    func services(of device: DeviceView, for client: BluetoothClient) -> [GATTServiceInfo] {
         let subscribed = clients[client]?.subscriptions ?? [:]
         return tree.services(of: device.path).map { service in
             GATTServiceInfo(
@@ -71,7 +71,7 @@ extension BluetoothCentral {
         return (canonical, characteristic)
     }
 
-    public func read(_ client: CentralClient, _ path: CharacteristicPath, descriptor: String? = nil) async throws(ProtocolError) -> [UInt8] {
+    public func read(_ client: BluetoothClient, _ path: CharacteristicPath, descriptor: String? = nil) async throws(ProtocolError) -> [UInt8] {
         let (_, characteristic) = try resolve(path)
         var object = characteristic.path
         var interface = BlueZ.gattCharacteristic
@@ -88,7 +88,7 @@ extension BluetoothCentral {
         return value
     }
 
-    public func write(_ client: CentralClient, _ path: CharacteristicPath, value: [UInt8], withResponse: Bool) async throws(ProtocolError) {
+    public func write(_ client: BluetoothClient, _ path: CharacteristicPath, value: [UInt8], withResponse: Bool) async throws(ProtocolError) {
         let (_, characteristic) = try resolve(path)
         let options: [String: DBusValue] = ["type": .string(withResponse ? "request" : "command")]
         _ = try await bluez(characteristic.path, BlueZ.gattCharacteristic, "WriteValue", [.bytes(value), .stringVariantDictionary(options)])
@@ -111,7 +111,7 @@ extension BluetoothCentral {
     /// Subscribes or unsubscribes. The subscription is the client's from now
     /// on: started when the peripheral is connected and resolved, and again
     /// after every reconnect or BlueZ restart.
-    public func setNotify(_ client: CentralClient, _ path: CharacteristicPath, enabled: Bool, acquire: Bool) throws(ProtocolError) {
+    public func setNotify(_ client: BluetoothClient, _ path: CharacteristicPath, enabled: Bool, acquire: Bool) throws(ProtocolError) {
         let address = try Self.address(path.peripheral)
         guard let service = BluetoothUUID.normalize(path.service), let uuid = BluetoothUUID.normalize(path.characteristic) else {
             throw ProtocolError(.invalidArgument, "'\(path.service)' / '\(path.characteristic)' are not Bluetooth UUIDs")

@@ -133,7 +133,7 @@ extension BluetoothCentral {
 
     // MARK: Requests
 
-    public func connect(_ client: CentralClient, address rawAddress: String) throws(ProtocolError) {
+    public func connect(_ client: BluetoothClient, address rawAddress: String) throws(ProtocolError) {
         let address = try Self.address(rawAddress)
         clients[client, default: CentralClientState()].connects.insert(address)
         if links[address]?.connected == true, let device = tree.device(address: address), device.connected {
@@ -142,7 +142,7 @@ extension BluetoothCentral {
         reconcileLink(address)
     }
 
-    public func cancelConnection(_ client: CentralClient, address rawAddress: String) throws(ProtocolError) {
+    public func cancelConnection(_ client: BluetoothClient, address rawAddress: String) throws(ProtocolError) {
         let address = try Self.address(rawAddress)
         guard clients[client]?.connects.remove(address) != nil else { return }
         let subscribed = clients[client]?.subscriptions.keys.filter { $0.peripheral == address } ?? []

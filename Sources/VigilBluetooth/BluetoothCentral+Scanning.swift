@@ -13,7 +13,7 @@ struct DiscoveryState {
 }
 
 extension BluetoothCentral {
-    public func startScan(_ client: CentralClient, services: [String]?, allowDuplicates: Bool) throws(ProtocolError) {
+    public func startScan(_ client: BluetoothClient, services: [String]?, allowDuplicates: Bool) throws(ProtocolError) {
         var uuids: Set<String>?
         if let services {
             uuids = []
@@ -24,7 +24,7 @@ extension BluetoothCentral {
                 uuids?.insert(uuid)
             }
         }
-        if uuids?.isEmpty ?? true, delegate?.centralClientIsForeground(client) == false {
+        if uuids?.isEmpty ?? true, delegate?.bluetoothClientIsForeground(client) == false {
             throw ProtocolError(.notPermitted, "a scan in the background must name the services it looks for")
         }
         clients[client, default: CentralClientState()].scan = .init(services: uuids, allowDuplicates: allowDuplicates)
@@ -34,7 +34,7 @@ extension BluetoothCentral {
         for device in tree.devices where device.properties["RSSI"] != nil { advertisementSeen(device, only: client) }
     }
 
-    public func stopScan(_ client: CentralClient) {
+    public func stopScan(_ client: BluetoothClient) {
         guard clients[client]?.scan != nil else { return }
         clients[client]?.scan = nil
         clients[client]?.seen = []
@@ -113,14 +113,14 @@ extension BluetoothCentral {
     /// An advertisement (a new device, or new RSSI/data): reported to each
     /// scanning client whose filter it matches; a duplicate only to clients in
     /// the foreground that allow duplicates.
-    func advertisementSeen(_ device: DeviceView, only: CentralClient? = nil) {
+    func advertisementSeen(_ device: DeviceView, only: BluetoothClient? = nil) {
         let info = peripheralInfo(device)
         for (client, state) in clients {
             if let only, client != only { continue }
             guard let scan = state.scan else { continue }
             if let services = scan.services, services.isDisjoint(with: device.serviceUUIDs) { continue }
             if state.seen.contains(device.address) {
-                guard scan.allowDuplicates, delegate?.centralClientIsForeground(client) ?? false else { continue }
+                guard scan.allowDuplicates, delegate?.bluetoothClientIsForeground(client) ?? false else { continue }
             }
             clients[client]?.seen.insert(device.address)
             emit(.discovered(info), to: client)

@@ -18,7 +18,7 @@ public actor BluetoothCentral {
 
     /// nil: the system bus (DBUS_SYSTEM_BUS_ADDRESS honoured).
     let busAddress: String?
-    weak var delegate: (any BluetoothCentralDelegate)?
+    weak var delegate: (any BluetoothDelegate)?
     let log: @Sendable (String) -> Void
 
     // The bus and the mirror (BluetoothCentral+Bus).
@@ -32,7 +32,7 @@ public actor BluetoothCentral {
     var lastState: BluetoothState = .unknown
 
     // Clients and links (BluetoothCentral+Links, +Scanning, +Subscriptions).
-    var clients: [CentralClient: CentralClientState] = [:]
+    var clients: [BluetoothClient: CentralClientState] = [:]
     var links: [String: Link] = [:]
     var discovery = DiscoveryState()
     var notify: [ObjectPath: NotifyState] = [:]
@@ -45,8 +45,16 @@ public actor BluetoothCentral {
         self.log = log
     }
 
-    public func setDelegate(_ delegate: any BluetoothCentralDelegate) {
+    public func setDelegate(_ delegate: any BluetoothDelegate) {
         self.delegate = delegate
+    }
+
+    /// The peripheral role publishing through this connection: told when
+    /// BlueZ (re)appears or goes, to publish again.
+    weak var peripheral: BluetoothPeripheral?
+
+    public func attach(_ peripheral: BluetoothPeripheral) {
+        self.peripheral = peripheral
     }
 
     /// Connects to the bus and loads BlueZ's tree; keeps trying in the
@@ -61,8 +69,8 @@ public actor BluetoothCentral {
         bus = nil
     }
 
-    func emit(_ event: BluetoothEventContent, body: [UInt8] = [], to client: CentralClient) {
-        delegate?.central(emit: event, body: body, to: client)
+    func emit(_ event: BluetoothEventContent, body: [UInt8] = [], to client: BluetoothClient) {
+        delegate?.bluetooth(emit: event.kind, attributes: event.attributes, body: body, mode: .bluetoothCentral, to: client)
     }
 }
 

@@ -111,6 +111,10 @@ public actor DBusConnection {
     /// False once closed or disconnected; a closed connection stays closed.
     public var isConnected: Bool { raw != nil }
 
+    /// Bytes queued to go out and not yet written to the socket: how a sender
+    /// of many signals (GATT notifications) sees that the peer lags.
+    public var outgoingBytes: Int { raw.map { Int(dbus_connection_get_outgoing_size($0)) } ?? 0 }
+
     /// Calls `handler` on the loop thread once, when the connection is lost or
     /// closed (at once if it already is), after every call in flight failed.
     /// BlueZ clients use it to rebuild their state on a new connection.

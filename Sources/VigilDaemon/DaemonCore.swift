@@ -45,6 +45,7 @@ actor DaemonCore {
     var accessoryState = AccessoryState(rules: [], bufferLimit: 0)
     /// The Bluetooth LE central role (nil when disabled by the config).
     var central: BluetoothCentral?
+    var peripheral: BluetoothPeripheral?
     /// A pending write of the state file; changes within it are written together.
     var saveTimer: TimerID?
 

@@ -34,7 +34,10 @@ def main():
                         help="create a central manager, connect to this peripheral and stay connected")
     parser.add_argument("--ble-notify", action="append", default=[], metavar="SERVICE/CHARACTERISTIC",
                         help="subscribe to this characteristic of --ble-peripheral (repeatable)")
-    parser.add_argument("--restore-id", default=None, help="the central manager's restore identifier")
+    parser.add_argument("--restore-id", default=None, help="the central or peripheral manager's restore identifier")
+    parser.add_argument("--ble-serve", default=None, metavar="SERVICE_JSON",
+                        help="publish this GATT service (ble.addService's `service`); answer reads of dynamic "
+                             "characteristics with value-N (N counting reads) and accept writes")
     options = parser.parse_args()
 
     def record(**fields):
@@ -80,6 +83,15 @@ def main():
                     app.request("ble.notify", peripheral=options.ble_peripheral, service=service,
                                 characteristic=characteristic, enabled=True)
             record(kind="bleReady")
+        reads = 0
+        if options.ble_serve:
+            members = {"restoreIdentifier": options.restore_id} if options.restore_id else {}
+            registered = app.request("ble.registerPeripheral", **members)
+            restored = registered.get("restored")
+            record(kind="peripheralRegistered", state=registered["state"], restored=restored)
+            if restored is None:
+                app.request("ble.addService", service=json.loads(options.ble_serve))
+            record(kind="bleServing")
         for item in app.events():
             if isinstance(item, Lifecycle):
                 record(kind="lifecycle", event=item.event, state=item.state)
@@ -93,6 +105,11 @@ def main():
                 elif item.kind == "session.closed" and item.attributes.get("session") == session \
                         and not item.attributes.get("willReopen"):
                     session = None
+                if item.kind == "ble.peripheral.read":
+                    reads += 1
+                    app.request("ble.respond", request=item.attributes["request"], body=f"value-{reads}".encode())
+                elif item.kind == "ble.peripheral.write" and "request" in item.attributes:
+                    app.request("ble.respond", request=item.attributes["request"])
                 if item.kind == "session.data" and options.ack_delay > 0:
                     time.sleep(options.ack_delay)
                 app.ack(item.seq)

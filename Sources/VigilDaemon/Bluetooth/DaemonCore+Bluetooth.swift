@@ -4,12 +4,12 @@ import VigilProtocol
 
 /// The central role's events, carried to apps through their event queues
 /// (waking them with `bluetooth-central`) and to vigilctl as pushes.
-extension DaemonCore: BluetoothCentralDelegate {
-    nonisolated func central(emit event: BluetoothEventContent, body: [UInt8], to client: CentralClient) {
-        assumeIsolated { $0.deliverBluetoothEvent(event.kind, event.attributes, body, to: client) }
+extension DaemonCore: BluetoothDelegate {
+    nonisolated func bluetooth(emit kind: String, attributes: [String: JSONValue], body: [UInt8], mode: BackgroundMode, to client: BluetoothClient) {
+        assumeIsolated { $0.deliverBluetoothEvent(kind, attributes, body, mode: mode, to: client) }
     }
 
-    nonisolated func centralClientIsForeground(_ client: CentralClient) -> Bool {
+    nonisolated func bluetoothClientIsForeground(_ client: BluetoothClient) -> Bool {
         assumeIsolated { core in
             switch client {
             case let .app(id): core.engine.apps[id]?.state.isForeground ?? false
@@ -27,9 +27,15 @@ extension DaemonCore {
         }
         let logger = self.logger
         let central = BluetoothCentral(loop: loop, log: { logger.info("\($0)") })
+        let peripheral = BluetoothPeripheral(
+            loop: loop, central: central, requestTimeout: .milliseconds(Int(config.bluetoothRequestTimeout * 1000)),
+            log: { logger.info("\($0)") })
         self.central = central
+        self.peripheral = peripheral
+        peripheral.assumeIsolated { $0.setDelegate(self) }
         central.assumeIsolated { central in
             central.setDelegate(self)
+            central.attach(peripheral)
             central.start()
         }
     }
@@ -37,17 +43,18 @@ extension DaemonCore {
     func stopBluetooth() {
         guard let central else { return }
         self.central = nil
+        peripheral = nil
         Task { await central.stop() }
     }
 
-    func deliverBluetoothEvent(_ kind: String, _ attributes: [String: JSONValue], _ body: [UInt8], to client: CentralClient) {
+    func deliverBluetoothEvent(_ kind: String, _ attributes: [String: JSONValue], _ body: [UInt8], mode: BackgroundMode, to client: BluetoothClient) {
         switch client {
         case let .control(connectionID):
             if let connection = connections[connectionID] {
                 send(BluetoothPush(kind: kind, attributes: attributes), body: body, to: connection)
             }
         case let .app(app):
-            let event = QueuedEvent(kind: kind, attributes: attributes, payload: body, wakeMode: .bluetoothCentral)
+            let event = QueuedEvent(kind: kind, attributes: attributes, payload: body, wakeMode: mode)
             do {
                 try withEngine { engine, now throws(ProtocolError) in _ = try engine.deliver(event, to: app, now: now) }
             } catch {
@@ -63,17 +70,20 @@ extension DaemonCore {
         guard let central else { return }
         let keep = !(engine.apps[app]?.forceQuit ?? true)
         central.assumeIsolated { $0.clientEnded(.app(app), keep: keep) }
+        if let peripheral { Task { await peripheral.clientEnded(.app(app), keep: keep) } }
     }
 
     /// A launch not by the user names the central managers the daemon kept
     /// for the app, so it recreates them (CoreBluetooth's launch options).
     func withRestoreIdentifiers(_ launch: LaunchOptions?, of app: String) -> LaunchOptions? {
-        guard var launch, launch.reason != .user, let central else { return launch }
+        guard var launch, launch.reason != .user, let central, let peripheral else { return launch }
         launch.restoreIdentifiers = central.assumeIsolated { $0.restoreIdentifiers(of: .app(app)) }
+            + peripheral.assumeIsolated { $0.restoreIdentifiers(of: .app(app)) }
         return launch
     }
 
     func bluetoothControlClosed(_ connectionID: Int) {
         central?.assumeIsolated { $0.clientEnded(.control(connectionID), keep: false) }
+        if let peripheral { Task { await peripheral.clientEnded(.control(connectionID), keep: false) } }
     }
 }

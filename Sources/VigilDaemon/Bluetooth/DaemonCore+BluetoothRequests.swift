@@ -6,7 +6,7 @@ import VigilProtocol
 /// so the loop never blocks on the radio.
 extension DaemonCore {
     /// Handles `message` if it is a Bluetooth request; false if it is not one.
-    func handleBluetoothRequest(_ message: IncomingMessage, client: CentralClient, connection: ClientConnection) throws(ProtocolError) -> Bool {
+    func handleBluetoothRequest(_ message: IncomingMessage, client: BluetoothClient, connection: ClientConnection) throws(ProtocolError) -> Bool {
         guard message.type.hasPrefix("ble.") else { return false }
         guard let central else {
             throw ProtocolError(.unavailable, "Bluetooth is disabled in this daemon's config", id: message.id)
@@ -89,10 +89,89 @@ extension DaemonCore {
                 try await central.write(client, path, value: value, withResponse: request.withResponse)
                 return (Done(), [])
             }
+        case RegisterPeripheral.type, AddService.type, RemoveService.type, StartAdvertising.type, StopAdvertising.type,
+             RespondToRequest.type, UpdateValue.type:
+            guard let peripheral else { throw ProtocolError(.unavailable, "Bluetooth is disabled", id: id) }
+            try handlePeripheralRequest(message, peripheral, client: client, connection: connection)
         default:
             throw ProtocolError(.unknownMessage, "unknown Bluetooth request '\(message.type)'", id: id)
         }
         return true
+    }
+
+    /// The peripheral role's requests: all answered from a task, since
+    /// publishing waits for BlueZ (which calls back into our objects meanwhile).
+    private func handlePeripheralRequest(
+        _ message: IncomingMessage, _ peripheral: BluetoothPeripheral, client: BluetoothClient, connection: ClientConnection
+    ) throws(ProtocolError) {
+        let id = message.id
+        let connectionID = connection.id
+        let body = message.body
+        func later(_ work: @escaping @Sendable (BluetoothPeripheral) async throws(ProtocolError) -> (any Message, [UInt8])) {
+            Task {
+                let outcome: Result<(any Message, [UInt8]), ProtocolError>
+                do throws(ProtocolError) {
+                    outcome = .success(try await work(peripheral))
+                } catch {
+                    outcome = .failure(error)
+                }
+                self.answer(outcome, id: id, connectionID: connectionID)
+            }
+        }
+        switch message.type {
+        case RegisterPeripheral.type:
+            let request: RegisterPeripheral = try message.decode()
+            later { peripheral in (await peripheral.register(client, restoreIdentifier: request.restoreIdentifier), []) }
+        case AddService.type:
+            let request: AddService = try message.decode()
+            later { peripheral throws(ProtocolError) in
+                try await peripheral.addService(client, request.service)
+                return (Done(), [])
+            }
+        case RemoveService.type:
+            let request: RemoveService = try message.decode()
+            later { peripheral throws(ProtocolError) in
+                try await peripheral.removeService(client, uuid: request.uuid)
+                return (Done(), [])
+            }
+        case StartAdvertising.type:
+            let request: StartAdvertising = try message.decode()
+            later { peripheral throws(ProtocolError) in
+                try await peripheral.startAdvertising(client, request.advertisement)
+                return (Done(), [])
+            }
+        case StopAdvertising.type:
+            later { peripheral in
+                await peripheral.stopAdvertising(client)
+                return (Done(), [])
+            }
+        // Answers and updates are synchronous: they keep the order they came in.
+        case RespondToRequest.type:
+            let request: RespondToRequest = try message.decode()
+            let outcome: Result<Done, ProtocolError> = peripheral.assumeIsolated { peripheral in
+                do throws(ProtocolError) {
+                    try peripheral.respond(client, request: request.request, value: body, error: request.error)
+                    return .success(Done())
+                } catch { return .failure(error) }
+            }
+            switch outcome {
+            case let .success(reply): send(reply, id: id, to: connection)
+            case let .failure(error): throw ProtocolError(error.code, error.message, id: id)
+            }
+        case UpdateValue.type:
+            let request: UpdateValue = try message.decode()
+            let outcome: Result<ValueUpdated, ProtocolError> = peripheral.assumeIsolated { peripheral in
+                do throws(ProtocolError) {
+                    return .success(try peripheral.updateValue(client, service: request.service, characteristic: request.characteristic, value: body))
+                } catch { return .failure(error) }
+            }
+            switch outcome {
+            case let .success(reply): send(reply, id: id, to: connection)
+            case let .failure(error): throw ProtocolError(error.code, error.message, id: id)
+            }
+        default:
+            break
+        }
     }
 
     private func answer(_ outcome: Result<(any Message, [UInt8]), ProtocolError>, id: Int?, connectionID: Int) {

@@ -22,7 +22,8 @@ public enum SuspensionPreference: String, Sendable {
 /// event-queue-limit = 1000
 /// decision-log-size = 2000
 /// session-buffer-limit = 1048576                # bytes per accessory session, see AccessoryRule
-/// bluetooth = true                              # the BLE central role through BlueZ (system bus)
+/// bluetooth = true                              # Bluetooth LE through BlueZ (system bus)
+/// bluetooth-request-timeout = 20.0              # s an app has to answer a central's read or write
 ///
 /// [timings]
 /// suspend-grace = 5.0
@@ -50,6 +51,9 @@ public struct DaemonConfig: Sendable, Equatable {
     public var sessionBufferLimit: Int = 1 << 20
     /// Whether to use BlueZ on the system bus (DBUS_SYSTEM_BUS_ADDRESS honoured).
     public var bluetooth = true
+    /// Seconds an app has to answer a remote central's read or write (a wake
+    /// or relaunch included) before the central gets an ATT error.
+    public var bluetoothRequestTimeout = 20.0
 
     /// Defaults for the system daemon or for a per-user daemon.
     public init(system: Bool, environment: [String: String] = ProcessInfo.processInfo.environment) {
@@ -70,6 +74,7 @@ public struct DaemonConfig: Sendable, Equatable {
     static let knownFields: Set<String> = [
         "socket", "manifest-dirs", "state-dir", "log-dir", "cgroup-root", "suspension", "event-queue-limit",
         "decision-log-size", "timings", "accessory", "session-buffer-limit", "bluetooth",
+        "bluetooth-request-timeout",
     ]
     static let knownTimings: Set<String> = [
         "suspend-grace", "wake-budget", "background-time-limit", "expiration-warning", "exit-grace",
@@ -100,6 +105,7 @@ public struct DaemonConfig: Sendable, Equatable {
         config.decisionLogSize = try fields.positiveInt("decision-log-size") ?? defaults.decisionLogSize
         config.sessionBufferLimit = try fields.positiveInt("session-buffer-limit") ?? defaults.sessionBufferLimit
         config.bluetooth = try fields.bool("bluetooth") ?? defaults.bluetooth
+        config.bluetoothRequestTimeout = try fields.seconds("bluetooth-request-timeout") ?? defaults.bluetoothRequestTimeout
         var rules: [AccessoryRule] = []
         for rule in try fields.tableArray("accessory") { rules.append(try AccessoryRule.parse(rule)) }
         config.accessoryRules = rules.isEmpty ? defaults.accessoryRules : rules

@@ -1,8 +1,8 @@
 import VigilProtocol
 
-/// Who uses the central role: an app (by id) or a control connection
-/// (vigilctl ble, by connection number).
-public enum CentralClient: Hashable, Sendable, CustomStringConvertible {
+/// Who uses Bluetooth through the daemon (central or peripheral role): an
+/// app (by id) or a control connection (vigilctl ble, by connection number).
+public enum BluetoothClient: Hashable, Sendable, CustomStringConvertible {
     case app(String)
     case control(Int)
 
@@ -14,13 +14,14 @@ public enum CentralClient: Hashable, Sendable, CustomStringConvertible {
     }
 }
 
-/// What the central needs from its owner (the daemon): where events go, and
+/// What the Bluetooth roles need from their owner (the daemon): where events go, and
 /// whether a client is in the foreground (background scans must name
 /// services, and their duplicates are always coalesced).
-public protocol BluetoothCentralDelegate: AnyObject, Sendable {
-    /// An event for `client`, in order. Called on the central's loop.
-    func central(emit event: BluetoothEventContent, body: [UInt8], to client: CentralClient)
-    func centralClientIsForeground(_ client: CentralClient) -> Bool
+public protocol BluetoothDelegate: AnyObject, Sendable {
+    /// An event for `client`, in order, on the loop; `mode` is the background
+    /// mode that may wake an app for it.
+    func bluetooth(emit kind: String, attributes: [String: JSONValue], body: [UInt8], mode: BackgroundMode, to client: BluetoothClient)
+    func bluetoothClientIsForeground(_ client: BluetoothClient) -> Bool
 }
 
 /// One client's use of the central role. Kept while an app with a restore

@@ -1,0 +1,98 @@
+import VigilDBus
+import VigilProtocol
+
+/// Advertising through LEAdvertisingManager1: an LEAdvertisement1 object per
+/// client, registered with BlueZ; BlueZ's limits come back as errors naming them.
+extension BluetoothPeripheral {
+    public func startAdvertising(_ client: BluetoothClient, _ data: AdvertisementData) async throws(ProtocolError) {
+        if let old = clients[client]?.advertisement {
+            await withdraw(old)
+            clients[client]?.advertisement = nil
+        }
+        let advertisement = PublishedAdvertisement(data: data, path: try objectPath("/org/vigil/advertising/\(token(client))"))
+        _ = try properties(of: data)  // refuse bad data before BlueZ sees it
+        try await register(advertisement)
+        clients[client, default: PeripheralClientState()].advertisement = advertisement
+        log("bluetooth: \(client) advertises \(data.localName ?? "(no name)") \(data.serviceUUIDs ?? [])")
+    }
+
+    public func stopAdvertising(_ client: BluetoothClient) async {
+        guard let advertisement = clients[client]?.advertisement else { return }
+        clients[client]?.advertisement = nil
+        await withdraw(advertisement)
+    }
+
+    func register(_ advertisement: PublishedAdvertisement) async throws(ProtocolError) {
+        guard let (bus, adapter) = await blueZ() else { throw ProtocolError(.unavailable, "bluetoothd is not running or has no adapter") }
+        let properties = try properties(of: advertisement.data)
+        do {
+            let tree = try await DBusObjectTree.export(at: advertisement.path, on: bus)
+            advertisement.tree = tree
+            try await tree.add(advertisement.path, interfaces: ["org.bluez.LEAdvertisement1": properties], handler: { [weak self] call in
+                guard call.member == "Release" else { return call.replyUnknownMethod() }
+                try? call.reply()
+                self?.assumeIsolated { _ in advertisement.registered = false }
+            })
+            _ = try await bus.call(
+                destination: BlueZ.service, path: adapter, interface: BlueZ.advertisingManager, member: "RegisterAdvertisement",
+                arguments: [.objectPath(advertisement.path), .stringVariantDictionary([:])], timeout: .seconds(30))
+            advertisement.registered = true
+        } catch let error as DBusError {
+            await advertisement.tree?.unexport()
+            advertisement.tree = nil
+            throw ProtocolError(.deviceError, "RegisterAdvertisement: \(error.name)\(error.message.isEmpty ? "" : ": " + error.message)")
+        } catch {
+            throw ProtocolError(.internalError, "advertising: \(error)")
+        }
+    }
+
+    func withdraw(_ advertisement: PublishedAdvertisement) async {
+        if advertisement.registered, let (bus, adapter) = await blueZ() {
+            _ = try? await bus.call(
+                destination: BlueZ.service, path: adapter, interface: BlueZ.advertisingManager, member: "UnregisterAdvertisement",
+                arguments: [.objectPath(advertisement.path)], timeout: .seconds(10))
+        }
+        advertisement.registered = false
+        await advertisement.tree?.unexport()
+        advertisement.tree = nil
+    }
+
+    /// LEAdvertisement1's properties (doc/org.bluez.LEAdvertisement.rst).
+    func properties(of data: AdvertisementData) throws(ProtocolError) -> [String: DBusValue] {
+        var properties: [String: DBusValue] = ["Type": .string("peripheral")]
+        if let name = data.localName { properties["LocalName"] = .string(name) }
+        if let services = data.serviceUUIDs {
+            var uuids: [String] = []
+            for service in services {
+                guard let uuid = BluetoothUUID.normalize(service) else { throw ProtocolError(.invalidArgument, "'\(service)' is not a Bluetooth UUID") }
+                uuids.append(uuid)
+            }
+            properties["ServiceUUIDs"] = .strings(uuids)
+        }
+        if let manufacturer = data.manufacturerData {
+            var entries: [DBusDictEntry] = []
+            for (company, hexValue) in manufacturer.sorted(by: { $0.key < $1.key }) {
+                guard let id = UInt16(company), let bytes = GATTDefinitionCheck.bytes(fromHex: hexValue) else {
+                    throw ProtocolError(.invalidArgument, "manufacturer data needs a decimal company id and hex data, not \(company): \(hexValue)")
+                }
+                entries.append(DBusDictEntry(key: .uint16(id), value: .variant(.bytes(bytes))))
+            }
+            properties["ManufacturerData"] = .dictionary(keySignature: "q", valueSignature: "v", entries)
+        }
+        if let serviceData = data.serviceData {
+            var entries: [String: DBusValue] = [:]
+            for (service, hexValue) in serviceData {
+                guard let uuid = BluetoothUUID.normalize(service), let bytes = GATTDefinitionCheck.bytes(fromHex: hexValue) else {
+                    throw ProtocolError(.invalidArgument, "service data needs a UUID and hex data, not \(service): \(hexValue)")
+                }
+                entries[uuid] = .bytes(bytes)
+            }
+            properties["ServiceData"] = .stringVariantDictionary(entries)
+        }
+        if let appearance = data.appearance {
+            guard let value = UInt16(exactly: appearance) else { throw ProtocolError(.invalidArgument, "appearance \(appearance) is not 16-bit") }
+            properties["Appearance"] = .uint16(value)
+        }
+        return properties
+    }
+}

@@ -1,0 +1,250 @@
+"""Bluetooth LE peripheral through the real vigild, against the host-tier
+BlueZ mock (Tests/bluez-mock). The mock plays bluetoothd: RegisterApplication
+calls back vigild's GetManagedObjects asynchronously (a daemon that blocked
+its loop while registering would fail), and its Remote* control methods
+stand in for a remote central calling ReadValue/WriteValue/StartNotify on
+vigild's exported objects. Clients are a control connection (as `vigilctl ble
+serve`) or an app (clients/python/example_app.py, relaunched by requests).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_ble_daemon import EXAMPLE_APP, PYTHON, REPO, VIGILD, missing  # noqa: E402
+from vigil_client import ControlClient, VigilError  # noqa: E402
+
+HRS = "0000180d-0000-1000-8000-00805f9b34fb"
+MEASUREMENT = "00002a37-0000-1000-8000-00805f9b34fb"
+LOCATION = "00002a38-0000-1000-8000-00805f9b34fb"
+CONTROL_POINT = "00002a39-0000-1000-8000-00805f9b34fb"
+APP = "org.vigil.test.peripheralapp"
+
+SERVICE = {"uuid": "180d", "characteristics": [
+    {"uuid": "2a37", "properties": ["notify"]},
+    {"uuid": "2a38", "properties": ["read"], "value": "02"},
+    {"uuid": "2a39", "properties": ["write", "read"]},
+]}
+
+
+@unittest.skipIf(missing(), missing() or "")
+class BluetoothPeripheralTests(unittest.TestCase):
+    def setUp(self):
+        import dbus
+        from bluez_mock import MockBlueZ
+
+        self.dbus = dbus
+        self.mock = MockBlueZ(register_timeout=3.0)
+        self.mock.start()
+        self.mock.control.SetTimeouts(3.0, 25.0)  # RegisterApplication's callback; a central's request (as BlueZ's)
+        self.dir = tempfile.mkdtemp(prefix="vigil-blep-")
+        os.makedirs(f"{self.dir}/apps")
+        self.socket = f"{self.dir}/vigild.sock"
+        self.record = f"{self.dir}/app.jsonl"
+        with open(f"{self.dir}/vigild.toml", "w") as config:
+            config.write('manifest-dirs = ["apps"]\nstate-dir = "state"\nlog-dir = "logs"\nsuspension = "signal"\n'
+                         "bluetooth-request-timeout = 4.0\n"
+                         "[timings]\nsuspend-grace = 0.5\nwake-budget = 3.0\n")
+        with open(f"{self.dir}/apps/{APP}.toml", "w") as manifest:
+            manifest.write(
+                f'id = "{APP}"\n'
+                f'exec = ["{PYTHON}", "{EXAMPLE_APP}", "--record", "{self.record}", "--ble-serve", {json.dumps(json.dumps(SERVICE))}, '
+                '"--restore-id", "hrs"]\n'
+                'background-modes = ["bluetooth-peripheral"]\n')
+        self.daemon_log = open(f"{self.dir}/vigild.log", "w")
+        self.daemon = subprocess.Popen(
+            [VIGILD, "--socket", self.socket, "--config", f"{self.dir}/vigild.toml"],
+            env=self.mock.env, stdout=self.daemon_log, stderr=self.daemon_log, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                self.control = ControlClient(self.socket)
+                break
+            except (OSError, VigilError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        self.wait_until(lambda: self.control.request("ble.state")["state"] == "poweredOn", "Bluetooth powered on")
+
+    def tearDown(self):
+        self.control.close()
+        self.daemon.terminate()
+        try:
+            self.daemon.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.daemon.kill()
+            self.daemon.wait()
+        self.daemon_log.close()
+        self.mock.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def wait_until(self, condition, what, timeout=20):
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                with open(f"{self.dir}/vigild.log") as log:
+                    self.fail(f"timed out waiting for {what}\nvigild log:\n{''.join(log.readlines()[-30:])}")
+            time.sleep(0.05)
+
+    def push(self, kind, timeout=15):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            message = self.control.next_unsolicited(timeout=max(0.01, deadline - time.monotonic()))
+            if message is not None and message.type == "blePush" and message["kind"] == kind:
+                return message
+        self.fail(f"no {kind} push within {timeout} s")
+
+    def application(self):
+        """The one registered GATT application: {object path: {interface: props}}."""
+        apps = self.mock.control.Applications()
+        self.assertEqual(len(apps), 1, apps)
+        return {str(path): {str(i): dict(p) for i, p in ifaces.items()} for path, ifaces in apps[0][2].items()}
+
+    def characteristic_path(self, uuid):
+        return next(path for path, ifaces in self.application().items()
+                    if str(ifaces.get("org.bluez.GattCharacteristic1", {}).get("UUID", "")) == uuid)
+
+    def remote(self, method, *args):
+        """Calls a Remote* method from another thread (it blocks until vigild answers)."""
+        result = {}
+
+        def run():
+            bus = self.dbus.bus.BusConnection(self.mock.address)
+            control = self.dbus.Interface(bus.get_object("org.bluez", "/org/vigil/mock"), "org.vigil.BlueZMock")
+            try:
+                result["value"] = getattr(control, method)(*args, timeout=30)
+            except Exception as error:  # noqa: BLE001 - reported to the test
+                result["error"] = error
+            bus.close()
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread, result
+
+    def records(self):
+        try:
+            with open(self.record) as file:
+                return [json.loads(line) for line in file if line.strip()]
+        except FileNotFoundError:
+            return []
+
+    # Tests
+
+    def test_bad_definitions_are_refused_before_bluez_sees_them(self):
+        c = self.control
+        c.request("ble.registerPeripheral")
+        for service, words in (
+            ({"uuid": "xyz", "characteristics": []}, "not a Bluetooth UUID"),
+            ({"uuid": "180d", "characteristics": [{"uuid": "2a37", "properties": ["notify"], "value": "01"}]}, "read-only"),
+            ({"uuid": "180d", "characteristics": [{"uuid": "2a37", "properties": ["fly"]}]}, "unknown property"),
+            ({"uuid": "180d", "characteristics": [{"uuid": "2a37", "properties": ["read"]},
+                                                  {"uuid": "2a37", "properties": ["read"]}]}, "twice"),
+        ):
+            with self.assertRaises(VigilError) as refused:
+                c.request("ble.addService", service=service)
+            self.assertEqual(refused.exception.code, "invalidArgument")
+            self.assertIn(words, refused.exception.message)
+        self.assertEqual(len(self.mock.control.Applications()), 0, "nothing reached BlueZ")
+
+    def test_control_client_serves_fixed_and_dynamic_values_and_notifies(self):
+        c = self.control
+        c.request("ble.registerPeripheral")
+        c.request("ble.addService", service=SERVICE)
+        tree = self.application()
+        services = [p for p in tree.values() if "org.bluez.GattService1" in p]
+        self.assertEqual([str(s["org.bluez.GattService1"]["UUID"]) for s in services], [HRS])
+
+        # A fixed value is answered by vigild itself: no push to the client.
+        thread, result = self.remote("RemoteRead", self.characteristic_path(LOCATION), self.dbus.UInt16(0))
+        thread.join(10)
+        self.assertEqual((str(result["value"][0]), bytes(result["value"][1])), ("", b"\x02"), result)
+        # A dynamic read goes to the client, who answers with the value.
+        thread, result = self.remote("RemoteRead", self.characteristic_path(CONTROL_POINT), self.dbus.UInt16(0))
+        request = self.push("ble.peripheral.read")
+        self.assertEqual(request["attributes"]["characteristic"], CONTROL_POINT)
+        c.request("ble.respond", request=request["attributes"]["request"], body=b"\x07\x08")
+        thread.join(10)
+        self.assertEqual(bytes(result["value"][1]), b"\x07\x08", result)
+        # A write with response: the client gets the value and may refuse it.
+        thread, result = self.remote("RemoteWrite", self.characteristic_path(CONTROL_POINT), b"\x02", "request")
+        write = self.push("ble.peripheral.write")
+        self.assertEqual(write.body, b"\x02")
+        c.request("ble.respond", request=write["attributes"]["request"], error="writeNotPermitted")
+        thread.join(10)
+        self.assertEqual(str(result["value"]), "org.bluez.Error.NotPermitted", result)
+        # Subscribe, then updates reach the central in order.
+        thread, result = self.remote("RemoteStartNotify", self.characteristic_path(MEASUREMENT))
+        thread.join(10)
+        self.push("ble.peripheral.subscribed")
+        for bpm in (70, 71, 72):
+            self.assertTrue(c.request("ble.updateValue", service="180d", characteristic="2a37", body=bytes([0, bpm]))["sent"])
+        path = self.characteristic_path(MEASUREMENT)
+        self.wait_until(lambda: len(self.mock.control.RemoteNotifications(path)) == 3, "3 notifications at the central")
+        self.assertEqual([bytes(v) for v in self.mock.control.RemoteNotifications(path)], [b"\x00F", b"\x00G", b"\x00H"])
+
+    def test_an_unanswered_request_gets_the_central_an_error_not_a_hang(self):
+        c = self.control
+        c.request("ble.registerPeripheral")
+        c.request("ble.addService", service=SERVICE)
+        started = time.monotonic()
+        thread, result = self.remote("RemoteRead", self.characteristic_path(CONTROL_POINT), self.dbus.UInt16(0))
+        self.push("ble.peripheral.read")
+        thread.join(20)  # the daemon's request timeout (4 s here) answers it, before the mock's own (25 s)
+        self.assertFalse(thread.is_alive())
+        self.assertEqual(str(result["value"][0]), "org.bluez.Error.Failed", result)
+        self.assertLess(time.monotonic() - started, 15)
+
+    def test_advertising_limits_come_back_as_clear_errors(self):
+        c = self.control
+        c.request("ble.registerPeripheral")
+        c.request("ble.startAdvertising", advertisement={"localName": "Vigil", "serviceUUIDs": ["180d"]})
+        ads = self.mock.control.Advertisements()
+        self.assertEqual(len(ads), 1)
+        self.assertEqual(str(ads[0][2]["LocalName"]), "Vigil")
+        too_long = {"localName": "Vigil", "manufacturerData": {"65535": "00" * 40}}
+        with self.assertRaises(VigilError) as refused:
+            c.request("ble.startAdvertising", advertisement=too_long)
+        self.assertEqual(refused.exception.code, "deviceError")
+        self.assertIn("InvalidLength", refused.exception.message)
+
+    def test_a_killed_app_keeps_its_service_and_is_relaunched_by_the_next_request(self):
+        self.control.app_action("launch", APP)
+        self.wait_until(lambda: any(r["kind"] == "bleServing" for r in self.records()), "the app's service")
+        self.control.app_action("background", APP)
+        self.wait_until(lambda: next(a for a in self.control.apps() if a["id"] == APP)["state"] == "suspended", "suspended")
+        path = self.characteristic_path(CONTROL_POINT)
+        # The fixed value is answered with the app frozen: it is not woken.
+        wakes = len([d for d in self.control.log(app=APP) if d["action"] == "wake"])
+        thread, result = self.remote("RemoteRead", self.characteristic_path(LOCATION), self.dbus.UInt16(0))
+        thread.join(10)
+        self.assertEqual(bytes(result["value"][1]), b"\x02")
+        self.assertEqual(len([d for d in self.control.log(app=APP) if d["action"] == "wake"]), wakes)
+        # A dynamic read wakes it, and it answers (example_app answers reads with "value-N").
+        thread, result = self.remote("RemoteRead", path, self.dbus.UInt16(0))
+        thread.join(20)
+        self.assertEqual(bytes(result["value"][1]), b"value-1", result)
+
+        # Killed by the system: the service stays; the next read relaunches it, and it answers.
+        self.control.app_action("terminate", APP)
+        self.wait_until(lambda: next(a for a in self.control.apps() if a["id"] == APP)["state"] == "notRunning", "terminated")
+        self.assertEqual(len(self.mock.control.Applications()), 1, "the service went with the app")
+        thread, result = self.remote("RemoteRead", path, self.dbus.UInt16(0))
+        thread.join(30)
+        self.assertEqual(bytes(result["value"][1]), b"value-1", result)
+        registered = [r for r in self.records() if r["kind"] == "peripheralRegistered"]
+        self.assertEqual(len(registered), 2)
+        self.assertEqual(registered[-1]["restored"]["services"][0]["uuid"], HRS)
+        # The user force-quits it: now the service goes.
+        self.control.app_action("quit", APP)
+        self.wait_until(lambda: len(self.mock.control.Applications()) == 0, "the service withdrawn after a force-quit")
+
+
+if __name__ == "__main__":
+    unittest.main()
