@@ -183,7 +183,7 @@ def parse(settings: str) -> dict:
     values = {}
     for pair in settings.split():
         k, _, v = pair.partition("=")
-        values[k] = None if v == "none" else (v if k in ("format", "contact") else int(v))
+        values[k] = v if k in ("format", "contact") else (None if v == "none" else int(v))
     return values
 
 

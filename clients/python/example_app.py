@@ -38,6 +38,10 @@ def main():
     parser.add_argument("--ble-serve", default=None, metavar="SERVICE_JSON",
                         help="publish this GATT service (ble.addService's `service`); answer reads of dynamic "
                              "characteristics with value-N (N counting reads) and accept writes")
+    parser.add_argument("--ble-advertise", default=None, metavar="NAME",
+                        help="with --ble-serve: advertise the service under this local name")
+    parser.add_argument("--ble-updates", type=int, default=0, metavar="N",
+                        help="with --ble-serve: when a central subscribes, send N value updates (00 01, 00 02, ...)")
     options = parser.parse_args()
 
     def record(**fields):
@@ -90,7 +94,11 @@ def main():
             restored = registered.get("restored")
             record(kind="peripheralRegistered", state=registered["state"], restored=restored)
             if restored is None:
-                app.request("ble.addService", service=json.loads(options.ble_serve))
+                service = json.loads(options.ble_serve)
+                app.request("ble.addService", service=service)
+                if options.ble_advertise:
+                    app.request("ble.startAdvertising", advertisement={
+                        "localName": options.ble_advertise, "serviceUUIDs": [service["uuid"]]})
             record(kind="bleServing")
         for item in app.events():
             if isinstance(item, Lifecycle):
@@ -110,6 +118,11 @@ def main():
                     app.request("ble.respond", request=item.attributes["request"], body=f"value-{reads}".encode())
                 elif item.kind == "ble.peripheral.write" and "request" in item.attributes:
                     app.request("ble.respond", request=item.attributes["request"])
+                elif item.kind == "ble.peripheral.subscribed":
+                    for n in range(1, options.ble_updates + 1):
+                        update = app.request("ble.updateValue", service=item.attributes["service"],
+                                             characteristic=item.attributes["characteristic"], body=bytes([0, n]))
+                        record(kind="updateSent", n=n, sent=update["sent"], subscribed=update["subscribed"])
                 if item.kind == "session.data" and options.ack_delay > 0:
                     time.sleep(options.ack_delay)
                 app.ack(item.seq)
