@@ -32,6 +32,7 @@ extension BluetoothCentral {
             }
             bus = connection
             reconnectDelay = .milliseconds(500)
+            busUnavailableLogged = false
             log("bluetooth: connected to the system bus")
             let owner = try? await connection.call(
                 destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
@@ -43,7 +44,12 @@ extension BluetoothCentral {
                 stateMayHaveChanged()
             }
         } catch {
-            log("bluetooth: cannot use the system bus (\(error)); retrying in \(reconnectDelay)")
+            // Said once per outage, not every retry: a machine without a system
+            // bus (the demo, a container) would otherwise log forever.
+            if !busUnavailableLogged {
+                log("bluetooth: cannot use the system bus (\(error)); retrying quietly, at most every 10 s")
+                busUnavailableLogged = true
+            }
             scheduleBusReconnect()
         }
     }

@@ -29,6 +29,7 @@ public actor BluetoothCentral {
     var loading = false
     var signalsWhileLoading: [DBusMessage] = []
     var reconnectDelay: Duration = .milliseconds(500)
+    var busUnavailableLogged = false
     var lastState: BluetoothState = .unknown
 
     // Clients and links (BluetoothCentral+Links, +Scanning, +Subscriptions).
