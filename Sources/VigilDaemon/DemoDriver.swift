@@ -7,10 +7,14 @@ import VigilProtocol
 /// then, so the whole lifecycle can be watched in the log and in `vigilctl`.
 /// When the sensor logger example is built beside vigild it runs too, logging
 /// whatever sensor speaks `org.vigil.sensor` (scripts/run-demo attaches a
-/// virtual one) while suspended between bursts.
+/// virtual one) while suspended between bursts. The heart-rate bridge runs
+/// too when built beside vigild: it finds a heart-rate monitor through BlueZ
+/// (scripts/run-demo provides a virtual one) and is woken per measurement.
 enum DemoDriver {
     static let appID = "org.vigil.demo"
     static let loggerID = "org.vigil.sensor-logger"
+    static let bridgeID = "org.vigil.example.hrm-bridge"
+    static var appIDs: [String] { [appID, loggerID, bridgeID] }
 
     static func manifests(stateDirectory: String) -> [String: AppManifest] {
         let binaries = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
@@ -24,6 +28,12 @@ enum DemoDriver {
             manifests[loggerID] = AppManifest(
                 id: loggerID, exec: [logger], backgroundModes: [.externalAccessory], accessoryProtocols: ["org.vigil.sensor"],
                 environment: ["VIGIL_LOGGER_DB": stateDirectory + "/demo-sensor-records.sqlite"], path: "<built-in demo>")
+        }
+        let bridge = binaries.appendingPathComponent("vigil-hrm-bridge").path
+        if FileManager.default.isExecutableFile(atPath: bridge) {
+            manifests[bridgeID] = AppManifest(
+                id: bridgeID, exec: [bridge, "--output", stateDirectory + "/demo-heart-rate.jsonl"],
+                backgroundModes: [.bluetoothCentral], path: "<built-in demo>")
         }
         return manifests
     }
@@ -51,7 +61,7 @@ extension DaemonCore {
     /// Applies `action` to every demo app.
     func demoAction(_ action: UserAction) throws {
         try withEngine { engine, now throws(ProtocolError) in
-            for app in [DemoDriver.appID, DemoDriver.loggerID] where engine.apps[app] != nil {
+            for app in DemoDriver.appIDs where engine.apps[app] != nil {
                 switch action {
                 case .launch: try engine.launch(app, now: now)
                 case .background: try engine.moveToBackground(app, now: now)
