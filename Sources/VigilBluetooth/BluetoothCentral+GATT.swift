@@ -118,8 +118,14 @@ extension BluetoothCentral {
         }
         let canonical = CharacteristicPath(peripheral: address, service: service, characteristic: uuid)
         if enabled {
-            guard clients[client]?.connects.contains(address) == true else {
-                throw ProtocolError(.notConnected, "connect to \(address) before subscribing")
+            if clients[client]?.connects.contains(address) != true {
+                // Subscribing to a link that is up (another client's) makes it
+                // this client's too: the subscription must survive a reconnect.
+                guard tree.device(address: address)?.connected == true else {
+                    throw ProtocolError(.notConnected, "connect to \(address) before subscribing")
+                }
+                clients[client, default: CentralClientState()].connects.insert(address)
+                clients[client]?.announced.insert(address)
             }
             if let device = tree.device(address: address), device.servicesResolved {
                 guard let characteristic = tree.characteristic(of: device.path, service: service, characteristic: uuid) else {

@@ -225,6 +225,17 @@ class BluetoothCentralTests(unittest.TestCase):
             c.request("ble.read", peripheral=HRM, service=HRS, characteristic="2a99")
         self.assertEqual(missing_characteristic.exception.code, "notFound")
 
+        # A write: the control point's 0x01 resets energy expended; BlueZ's refusals come back named.
+        resets = int(self.mock.control.HeartRateState(self.hrm)["EnergyResets"])
+        c.request("ble.write", peripheral=HRM, service=HRS, characteristic="2a39", withResponse=True, body=b"\x01")
+        self.assertEqual(int(self.mock.control.HeartRateState(self.hrm)["EnergyResets"]), resets + 1)
+        with self.assertRaises(VigilError) as refused:  # 0x2A39 has no write-without-response
+            c.request("ble.write", peripheral=HRM, service=HRS, characteristic="2a39", withResponse=False, body=b"\x01")
+        self.assertEqual(refused.exception.code, "deviceError")
+        self.assertIn("org.bluez.Error.NotPermitted", refused.exception.message)
+        types = [str(dict(call[5][1])["type"]) for call in self.calls("WriteValue")]
+        self.assertEqual(types, ["request", "command"])
+
         c.request("ble.notify", peripheral=HRM, service=HRS, characteristic=HRM_MEASUREMENT, enabled=True)
         self.wait_until(self.notifying, "StartNotify at the mock")
         sent = [(60, [1024]), (300, []), (75, [800, 820, 790])]
