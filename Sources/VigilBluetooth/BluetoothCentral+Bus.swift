@@ -244,7 +244,9 @@ extension BluetoothCentral {
         guard now != lastState else { return }
         log("bluetooth: state \(lastState.rawValue) -> \(now.rawValue)")
         lastState = now
-        for client in clients.keys {
+        // Apps with only a peripheral manager hear of the adapter too.
+        let publishers = peripheral?.assumeIsolated { Array($0.clients.keys) } ?? []
+        for client in Set(clients.keys).union(publishers) {
             emit(.state(now), to: client)
         }
     }

@@ -8,10 +8,13 @@ import VigilProtocol
 extension BluetoothPeripheral {
     public func addService(_ client: BluetoothClient, _ definition: GATTServiceDefinition) async throws(ProtocolError) {
         let service = try GATTDefinitionCheck.canonical(definition)
-        var state = clients[client] ?? PeripheralClientState()
-        if state.services.contains(where: { $0.definition.uuid == service.uuid }) {
-            throw ProtocolError(.invalidArgument, "service \(BluetoothUUID.short(service.uuid)) is already published by this client")
+        // The same service again replaces it (a client republishing after a
+        // reconnect, or changing its definition).
+        if let old = clients[client]?.services.first(where: { $0.definition.uuid == service.uuid }) {
+            clients[client]?.services.removeAll { $0 === old }
+            await unpublish(old)
         }
+        var state = clients[client] ?? PeripheralClientState()
         let root = try objectPath("/org/vigil/gatt/\(token(client))/app\(nextServiceNumber)")
         nextServiceNumber += 1
         let published = PublishedService(definition: service, root: root)

@@ -10,18 +10,17 @@ extension BluetoothPeripheral {
         guard let characteristic = service.characteristics[call.path] else { return call.replyUnknownMethod() }
         let options = call.arguments.last?.dictionaryStringVariant ?? [:]
         let offset = Int(options["offset"]?.unwrapped.uint16 ?? 0)
-        var attributes: [String: JSONValue] = [
-            "service": .string(characteristic.service), "characteristic": .string(characteristic.uuid),
-            "offset": .number(Double(offset)),
-        ]
-        if let central = centralAddress(options["device"]?.unwrapped.objectPath) { attributes["central"] = .string(central) }
+        let central = centralAddress(options["device"]?.unwrapped.objectPath)
+        let (serviceUUID, uuid) = (characteristic.service, characteristic.uuid)
         switch call.member {
         case "ReadValue":
             if let value = characteristic.fixedValue { return Self.answerFixedRead(call, value) }
             guard characteristic.flags.contains(where: { $0 == "read" || $0.hasSuffix("-read") }) else {
                 return call.replyError(name: "org.bluez.Error.NotPermitted", message: "not readable")
             }
-            forward(call, isRead: true, attributes: attributes, body: [], kind: "ble.peripheral.read", to: client)
+            forward(call, isRead: true, body: [], to: client) { request in
+                .read(request: request, service: serviceUUID, characteristic: uuid, offset: offset, central: central)
+            }
         case "WriteValue":
             guard let value = call.arguments.first?.bytes else {
                 return call.replyError(name: "org.bluez.Error.InvalidArguments", message: "WriteValue needs a byte array")
@@ -29,20 +28,22 @@ extension BluetoothPeripheral {
             if options["type"]?.unwrapped.string == "command" {
                 // Without response: nobody waits; the app gets the value.
                 try? call.reply()
-                emit("ble.peripheral.write", attributes, body: value, to: client)
+                emit(.write(request: nil, service: serviceUUID, characteristic: uuid, offset: offset, central: central), body: value, to: client)
             } else {
-                forward(call, isRead: false, attributes: attributes, body: value, kind: "ble.peripheral.write", to: client)
+                forward(call, isRead: false, body: value, to: client) { request in
+                    .write(request: request, service: serviceUUID, characteristic: uuid, offset: offset, central: central)
+                }
             }
         case "StartNotify":
             try? call.reply()
             guard service.characteristics[call.path]?.notifying == false else { return }
             service.characteristics[call.path]?.notifying = true
-            emit("ble.peripheral.subscribed", ["service": .string(characteristic.service), "characteristic": .string(characteristic.uuid)], to: client)
+            emit(.subscribed(service: serviceUUID, characteristic: uuid), to: client)
         case "StopNotify":
             try? call.reply()
             guard service.characteristics[call.path]?.notifying == true else { return }
             service.characteristics[call.path]?.notifying = false
-            emit("ble.peripheral.unsubscribed", ["service": .string(characteristic.service), "characteristic": .string(characteristic.uuid)], to: client)
+            emit(.unsubscribed(service: serviceUUID, characteristic: uuid), to: client)
         default:
             call.replyUnknownMethod()
         }
@@ -60,7 +61,10 @@ extension BluetoothPeripheral {
 
     /// Hands a read or a write with response to the client and arms the
     /// timeout that answers BlueZ with an error if the client does not.
-    private func forward(_ call: DBusMethodCall, isRead: Bool, attributes: [String: JSONValue], body: [UInt8], kind: String, to client: BluetoothClient) {
+    private func forward(
+        _ call: DBusMethodCall, isRead: Bool, body: [UInt8], to client: BluetoothClient,
+        event: (Int) -> PeripheralEventContent
+    ) {
         let id = nextRequestID
         nextRequestID += 1
         let timeout = requestTimeout
@@ -72,9 +76,7 @@ extension BluetoothPeripheral {
             }
         }
         pending[id] = PendingRequest(client: client, call: call, isRead: isRead, timer: timer)
-        var attributes = attributes
-        attributes["request"] = .number(Double(id))
-        emit(kind, attributes, body: body, to: client)
+        emit(event(id), body: body, to: client)
     }
 
     /// Fails requests waiting on a characteristic that goes away.
@@ -171,7 +173,7 @@ extension BluetoothPeripheral {
         guard bus.assumeIsolated({ $0.outgoingBytes }) <= Self.queueLow else { return watchForRoom(bus) }
         let waiting = waitingForRoom
         waitingForRoom = []
-        for client in waiting { emit("ble.peripheral.readyToUpdate", [:], to: client) }
+        for client in waiting { emit(.readyToUpdate, to: client) }
     }
 
     func centralAddress(_ device: ObjectPath?) -> String? {

@@ -42,8 +42,8 @@ public actor BluetoothPeripheral {
         self.delegate = delegate
     }
 
-    func emit(_ kind: String, _ attributes: [String: JSONValue], body: [UInt8] = [], to client: BluetoothClient) {
-        delegate?.bluetooth(emit: kind, attributes: attributes, body: body, mode: .bluetoothPeripheral, to: client)
+    func emit(_ event: PeripheralEventContent, body: [UInt8] = [], to client: BluetoothClient) {
+        delegate?.bluetooth(emit: event.kind, attributes: event.attributes, body: body, mode: .bluetoothPeripheral, to: client)
     }
 
     /// The central's bus and adapter, if BlueZ is there to talk to.

@@ -54,9 +54,11 @@ public final class Application: Sendable {
     /// (redelivered ones above all: see `AccessorySession`) come here;
     /// `AppEvent.accessoryContent` reads them.
     ///
-    /// Bluetooth events (`ble.*`) go to the app's `CentralManager`; until one
-    /// is created in this process they are held back (not acknowledged), then
-    /// handed to it. Only `ble.*` kinds this version does not know come here.
+    /// Bluetooth events (`ble.*`) go to the app's `CentralManager`, those of
+    /// the peripheral role (`ble.peripheral.*`) to its `PeripheralManager`, and
+    /// `ble.state` to both; until the manager an event is for is created in
+    /// this process it is held back (not acknowledged), then handed to it.
+    /// Only `ble.*` kinds this version does not know come here.
     public let events: AsyncStream<ApplicationEvent>
     /// Accessories and sessions with them, as `EAAccessoryManager`.
     public let accessoryManager: AccessoryManager

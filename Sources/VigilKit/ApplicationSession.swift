@@ -188,19 +188,29 @@ final class ApplicationSession: Sendable {
     /// lost connection are closed (a daemon that kept them would hold the
     /// accessory for nobody), and the notification registration is renewed (a
     /// restarted daemon does not know it), and so is the central manager's,
-    /// with its restore identifier. No `id`: their replies are ignored. The
-    /// adapter state is asked for afterwards, since it may have changed meanwhile.
+    /// with its restore identifier, and so is the peripheral manager's, which
+    /// then publishes again the services and advertisement it has out (BlueZ
+    /// dropped them with the old daemon's bus connection; a daemon that kept
+    /// them takes the same service again as a replacement). No `id`: their
+    /// replies are ignored. The adapter state is asked for afterwards, since
+    /// it may have changed meanwhile.
     private func resynchronize(_ connection: Connection) {
-        let (staleSessions, register, central) = router.reconnected()
+        let (staleSessions, register, central, peripheral) = router.reconnected()
         for session in staleSessions { try? connection.send(CloseSession(session: session)) }
         if register { try? connection.send(RegisterForAccessoryNotifications(enabled: true)) }
-        guard let central else { return }
-        try? connection.send(RegisterCentral(restoreIdentifier: central.restoreIdentifier))
+        if let central { try? connection.send(RegisterCentral(restoreIdentifier: central.restoreIdentifier)) }
+        if let peripheral {
+            try? connection.send(RegisterPeripheral(restoreIdentifier: peripheral.restoreIdentifier))
+            let published = peripheral.published
+            for service in published.services { try? connection.send(AddService(service: service)) }
+            if let advertisement = published.advertisement { try? connection.send(StartAdvertising(advertisement: advertisement)) }
+        }
+        guard central != nil || peripheral != nil else { return }
         let router = self.router
         Task {
             _ = try? await connection.request(GetBluetoothState(), expecting: BluetoothStateReply.self) { reply in
                 guard let reply = try? reply.decode(BluetoothStateReply.self) else { return }
-                router.refreshed(central: central, state: reply.state)
+                router.refreshed(state: reply.state)
             }
         }
     }

@@ -89,7 +89,7 @@ public final class CentralManager: Sendable {
         continuation.onTermination = { [weak router, weak status] _ in
             if let router, let status { router.unregister(central: status) }
         }
-        let feed = CentralFeed(stream)
+        let feed = DeliveryFeed(stream)
         self.events = AsyncStream(unfolding: { await feed.next() })
         self.restoreIdentifier = restoreIdentifier
         self.application = application
@@ -200,19 +200,20 @@ final class CentralStatus: Sendable {
     func setState(_ state: BluetoothState) { current.withLock { $0 = state } }
 }
 
-/// Feeds `CentralManager.events` one delivery at a time: `AsyncStream(unfolding:)`
-/// asks for the next only when the consumer does, which is when it is done with
-/// the previous one, whose token is then finished. Only one consumer calls
-/// `next`, one call at a time (`AsyncStream`'s own contract), hence `@unchecked`.
-final class CentralFeed: @unchecked Sendable {
-    private var iterator: AsyncStream<Delivery<CentralEvent>>.AsyncIterator
+/// Feeds `CentralManager.events` (and `PeripheralManager.events`) one delivery
+/// at a time: `AsyncStream(unfolding:)` asks for the next only when the
+/// consumer does, which is when it is done with the previous one, whose token
+/// is then finished. Only one consumer calls `next`, one call at a time
+/// (`AsyncStream`'s own contract), hence `@unchecked`.
+final class DeliveryFeed<Element: Sendable>: @unchecked Sendable {
+    private var iterator: AsyncStream<Delivery<Element>>.AsyncIterator
     private var current: AcknowledgementToken?
 
-    init(_ stream: AsyncStream<Delivery<CentralEvent>>) {
+    init(_ stream: AsyncStream<Delivery<Element>>) {
         iterator = stream.makeAsyncIterator()
     }
 
-    func next() async -> CentralEvent? {
+    func next() async -> Element? {
         current?.finish()
         current = nil
         guard let delivery = await iterator.next() else { return nil }

@@ -14,6 +14,7 @@ final class ControlPushes: Sendable {
         var nextWatcher = 0
         var sessions: [Int: AsyncStream<ControlSession.Output>.Continuation] = [:]
         var bluetooth: [Int: AsyncStream<CentralEvent>.Continuation] = [:]
+        var peripheral: [Int: AsyncStream<PeripheralManagerEvent>.Continuation] = [:]
         var isClosed = false
     }
 
@@ -44,10 +45,20 @@ final class ControlPushes: Sendable {
             continuation.finish()
         case BluetoothPush.type:
             let push = try message.decode(BluetoothPush.self)
-            // Kinds this version does not know are skipped.
+            // Kinds this version does not know are skipped. The peripheral role's
+            // go to peripheral listeners, the adapter's state to both kinds of listener.
+            if PeripheralEventContent.isPeripheralKind(push.kind) {
+                guard let content = try PeripheralEventContent(kind: push.kind, attributes: push.attributes) else { return }
+                let event = PeripheralManagerEvent(content, payload: message.body)
+                for watcher in state.withLock({ Array($0.peripheral.values) }) { watcher.yield(event) }
+                return
+            }
             guard let content = try BluetoothEventContent(kind: push.kind, attributes: push.attributes) else { return }
             let event = CentralEvent(content, payload: message.body)
             for watcher in state.withLock({ Array($0.bluetooth.values) }) { watcher.yield(event) }
+            if case let .state(bluetooth) = content {
+                for watcher in state.withLock({ Array($0.peripheral.values) }) { watcher.yield(.stateChanged(bluetooth)) }
+            }
         default:
             break
         }
@@ -64,6 +75,21 @@ final class ControlPushes: Sendable {
         guard let id else { return continuation.finish() }
         continuation.onTermination = { [weak self] _ in
             self?.state.withLock { _ = $0.bluetooth.removeValue(forKey: id) }
+        }
+    }
+
+    /// A peripheral-role listener: every `ble.peripheral.*` and `ble.state`
+    /// push from now on, until the connection closes.
+    func addPeripheralWatcher(_ continuation: AsyncStream<PeripheralManagerEvent>.Continuation) {
+        let id = state.withLock { state -> Int? in
+            guard !state.isClosed else { return nil }
+            defer { state.nextWatcher += 1 }
+            state.peripheral[state.nextWatcher] = continuation
+            return state.nextWatcher
+        }
+        guard let id else { return continuation.finish() }
+        continuation.onTermination = { [weak self] _ in
+            self?.state.withLock { _ = $0.peripheral.removeValue(forKey: id) }
         }
     }
 
@@ -97,16 +123,18 @@ final class ControlPushes: Sendable {
     }
 
     private func closeAll(_ reason: String) {
-        let (watchers, sessions, bluetooth) = state.withLock { state in
+        let (watchers, sessions, bluetooth, peripheral) = state.withLock { state in
             state.isClosed = true
             defer {
                 state.watchers = [:]
                 state.sessions = [:]
                 state.bluetooth = [:]
+                state.peripheral = [:]
             }
-            return (Array(state.watchers.values), Array(state.sessions.values), Array(state.bluetooth.values))
+            return (Array(state.watchers.values), Array(state.sessions.values), Array(state.bluetooth.values), Array(state.peripheral.values))
         }
         for watcher in bluetooth { watcher.finish() }
+        for watcher in peripheral { watcher.finish() }
         for session in sessions {
             session.yield(.closed(reason: reason))
             session.finish()

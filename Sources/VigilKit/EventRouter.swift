@@ -11,12 +11,15 @@ import VigilSystem
 /// `session.*` events (their session belonged to an earlier process or
 /// connection, and is gone).
 ///
-/// Bluetooth events (`ble.*`) go to the app's `CentralManager`. Until one
-/// exists in this process they are held, neither yielded nor acknowledged,
-/// and handed to it when it registers, right after its `willRestoreState`.
-/// The central's events are numbered across connections (the daemon's `seq`
-/// survives its restarts), so those it was already given are not given twice
-/// when a new connection redelivers them.
+/// Bluetooth events go to the app's Bluetooth managers: `ble.peripheral.*` to
+/// its `PeripheralManager`, the other `ble.*` kinds to its `CentralManager`,
+/// and `ble.state` to both (the central's copy, or the only manager's, is the
+/// one acknowledged; the other gets one that acknowledges nothing). Until the
+/// manager an event is for exists in this process it is held, neither yielded
+/// nor acknowledged, and handed to it when it registers, right after its
+/// `willRestoreState`. A manager's events are numbered across connections (the
+/// daemon's `seq` survives its restarts), so those it was already given are
+/// not given twice when a new connection redelivers them.
 ///
 /// Consumers finish at their own pace; the `AcknowledgementLedger` sends `ack`
 /// only up to the oldest event some consumer still holds, so what one consumer
@@ -32,16 +35,48 @@ final class EventRouter: Sendable {
     typealias SessionContinuation = AsyncStream<Delivery<AccessorySession.Event>>.Continuation
     typealias NotificationContinuation = AsyncStream<Delivery<AccessoryNotification>>.Continuation
     typealias CentralContinuation = AsyncStream<Delivery<CentralEvent>>.Continuation
+    typealias PeripheralContinuation = AsyncStream<Delivery<PeripheralManagerEvent>>.Continuation
 
-    /// The events of the `n`th central manager registered in this process, in
-    /// the ledger: negative session ids (the daemon numbers sessions from 1),
-    /// since the ledger lives in VigilProtocol; a `case central(Int)` there
-    /// would say it better. One consumer per manager, so the late tokens of a
-    /// replaced one finish nothing of its successor's.
-    static func centralConsumer(_ n: Int) -> AcknowledgementLedger.Consumer { .session(-n) }
+    /// The events of the `n`th Bluetooth manager (central or peripheral)
+    /// registered in this process, in the ledger: negative session ids (the
+    /// daemon numbers sessions from 1), since the ledger lives in
+    /// VigilProtocol; a `case manager(Int)` there would say it better. One
+    /// consumer per manager, so the late tokens of a replaced one finish
+    /// nothing of its successor's.
+    static func managerConsumer(_ n: Int) -> AcknowledgementLedger.Consumer { .session(-n) }
 
-    private static func isCentral(_ consumer: AcknowledgementLedger.Consumer) -> Bool {
+    private static func isManager(_ consumer: AcknowledgementLedger.Consumer) -> Bool {
         if case let .session(id) = consumer { id < 0 } else { false }
+    }
+
+    /// The two Bluetooth managers an app may have.
+    private enum Role { case central, peripheral }
+
+    /// A Bluetooth event by the manager(s) it is for.
+    private enum BluetoothTarget {
+        /// A central-role kind other than `ble.state`.
+        case central(BluetoothEventContent)
+        case peripheral(PeripheralEventContent)
+        /// `ble.state`: both managers.
+        case state(BluetoothState)
+
+        func isFor(_ role: Role) -> Bool {
+            switch self {
+            case .central: role == .central
+            case .peripheral: role == .peripheral
+            case .state: true
+            }
+        }
+    }
+
+    /// What the router knows of one role's current manager's events.
+    private struct Track {
+        /// The current manager's ledger consumer (nil before the first).
+        var consumer: AcknowledgementLedger.Consumer?
+        /// The last `seq` yielded to it, and the last it finished (across
+        /// connections: a redelivered event up to it is a repeat).
+        var yielded: UInt64?
+        var finished: UInt64?
     }
 
     struct SessionSink: Sendable {
@@ -61,16 +96,36 @@ final class EventRouter: Sendable {
         var notifications: NotificationContinuation?
         var isRegisteredForNotifications = false
         var central: CentralSink?
-        /// `ble.*` events that came before any `CentralManager`: held, in order.
-        var heldBluetooth: [(event: AppEvent, content: BluetoothEventContent)] = []
-        /// The last `seq` yielded to the central, and the last it finished
-        /// (across connections: a redelivered event up to it is a repeat).
-        var centralYielded: UInt64?
-        var centralFinished: UInt64?
-        /// How many central managers registered (the current one's number).
-        var centralCount = 0
-        var centralConsumer: AcknowledgementLedger.Consumer { EventRouter.centralConsumer(centralCount) }
+        var peripheral: PeripheralSink?
+        /// Bluetooth events that came before the manager they are for: held, in order.
+        var heldBluetooth: [(event: AppEvent, target: BluetoothTarget)] = []
+        var centralTrack = Track()
+        var peripheralTrack = Track()
+        /// How many Bluetooth managers registered (numbers their consumers).
+        var managerCount = 0
         var isEnded = false
+
+        subscript(track role: Role) -> Track {
+            get { role == .central ? centralTrack : peripheralTrack }
+            set { if role == .central { centralTrack = newValue } else { peripheralTrack = newValue } }
+        }
+
+        func has(_ role: Role) -> Bool { role == .central ? central != nil : peripheral != nil }
+
+        /// A new manager of `role`: a new consumer, nothing yielded yet; it takes
+        /// the held events meant for it (the others stay held).
+        mutating func registered(_ role: Role) -> (consumer: AcknowledgementLedger.Consumer, held: [(event: AppEvent, target: BluetoothTarget)]) {
+            managerCount += 1
+            let consumer = EventRouter.managerConsumer(managerCount)
+            self[track: role] = Track(consumer: consumer)
+            let held = heldBluetooth.filter { $0.target.isFor(role) }
+            heldBluetooth.removeAll { $0.target.isFor(role) }
+            for (event, _) in held {
+                ledger.assign(event.seq, to: consumer)
+                self[track: role].yielded = max(self[track: role].yielded ?? 0, event.seq)
+            }
+            return (consumer, held)
+        }
     }
 
     init(main: AsyncStream<ApplicationEvent>.Continuation) {
@@ -93,15 +148,26 @@ final class EventRouter: Sendable {
         case main
         case notification(NotificationContinuation, AccessoryNotification, epoch: Int)
         case session(SessionSink, epoch: Int, isLast: Bool)
-        case central(CentralContinuation, BluetoothEventContent, consumer: AcknowledgementLedger.Consumer)
+        case dropped(acknowledge: UInt64?)
+    }
+
+    /// Where a Bluetooth event goes (made under the lock, yielded outside it).
+    private enum BluetoothRoute {
+        case central(CentralContinuation, CentralEvent, consumer: AcknowledgementLedger.Consumer?)
+        case peripheral(PeripheralContinuation, PeripheralManagerEvent, consumer: AcknowledgementLedger.Consumer?)
         case dropped(acknowledge: UInt64?)
     }
 
     func receive(_ event: AppEvent) {
         // Unknown and malformed `ble.*` events go to `Application.events`, like any event this client cannot read.
-        if BluetoothEventContent.isBluetoothKind(event.kind),
-           let content = (try? BluetoothEventContent(kind: event.kind, attributes: event.attributes)) ?? nil {
-            return receive(event, content)
+        if PeripheralEventContent.isPeripheralKind(event.kind) {
+            if let content = (try? PeripheralEventContent(kind: event.kind, attributes: event.attributes)) ?? nil {
+                return receive(event, .peripheral(content))
+            }
+        } else if BluetoothEventContent.isBluetoothKind(event.kind),
+                  let content = (try? BluetoothEventContent(kind: event.kind, attributes: event.attributes)) ?? nil {
+            if case let .state(bluetooth) = content { return receive(event, .state(bluetooth)) }
+            return receive(event, .central(content))
         }
         let content = (try? AccessoryEventContent(kind: event.kind, attributes: event.attributes)) ?? nil
         let route = state.withLock { state -> Route in
@@ -146,39 +212,70 @@ final class EventRouter: Sendable {
                 sink.continuation.yield(Delivery(element: element, token: token))
             }
             if isLast { sink.continuation.finish() }
-        case .central:
-            break  // `receive(_:_:)` routes Bluetooth events
         case let .dropped(seq):
             acknowledge(seq)
         }
     }
 
-    /// A Bluetooth event: to the central manager, or held until there is one.
-    private func receive(_ event: AppEvent, _ content: BluetoothEventContent) {
-        let route = state.withLock { state -> Route? in
-            guard let central = state.central else {
+    /// A Bluetooth event: to the manager it is for, or held until there is one.
+    private func receive(_ event: AppEvent, _ target: BluetoothTarget) {
+        let routes = state.withLock { state -> [BluetoothRoute] in
+            // `ble.state` is the central's to acknowledge when there is one, else the peripheral's.
+            let owner: Role? = switch target {
+            case .central: state.has(.central) ? .central : nil
+            case .peripheral: state.has(.peripheral) ? .peripheral : nil
+            case .state: state.has(.central) ? .central : state.has(.peripheral) ? .peripheral : nil
+            }
+            guard let owner, let consumer = state[track: owner].consumer else {
                 state.ledger.received(event.seq, for: nil)
-                state.heldBluetooth.append((event, content))
-                return nil
+                state.heldBluetooth.append((event, target))
+                return []
             }
-            state.ledger.received(event.seq, for: state.centralConsumer)
-            if event.redelivered, let yielded = state.centralYielded, event.seq <= yielded {
-                // The central has it from the lost connection: done once it finished that copy.
-                guard let finished = state.centralFinished else { return .dropped(acknowledge: nil) }
-                return .dropped(acknowledge: state.ledger.finish(state.centralConsumer, upTo: finished))
+            state.ledger.received(event.seq, for: consumer)
+            if event.redelivered, let yielded = state[track: owner].yielded, event.seq <= yielded {
+                // The manager has it from the lost connection: done once it finished that copy.
+                guard let finished = state[track: owner].finished else { return [.dropped(acknowledge: nil)] }
+                return [.dropped(acknowledge: state.ledger.finish(consumer, upTo: finished))]
             }
-            state.centralYielded = max(state.centralYielded ?? 0, event.seq)
-            // A redelivered state is older than what the central knows (its registration, a later event).
-            if case let .state(bluetooth) = content, !event.redelivered { central.status.setState(bluetooth) }
-            return .central(central.continuation, content, consumer: state.centralConsumer)
+            state[track: owner].yielded = max(state[track: owner].yielded ?? 0, event.seq)
+            var routes: [BluetoothRoute] = []
+            if case let .state(bluetooth) = target {
+                // A redelivered state is older than what the managers know (their registration, a later event).
+                if !event.redelivered {
+                    state.central?.status.setState(bluetooth)
+                    state.peripheral?.status.setState(bluetooth)
+                }
+                if let central = state.central {
+                    routes.append(.central(central.continuation, .stateChanged(bluetooth), consumer: consumer))
+                }
+                if let peripheral = state.peripheral, owner == .peripheral || !event.redelivered {
+                    routes.append(.peripheral(peripheral.continuation, .stateChanged(bluetooth), consumer: owner == .peripheral ? consumer : nil))
+                }
+                return routes
+            }
+            switch target {
+            case let .central(content):
+                if let central = state.central {
+                    routes.append(.central(central.continuation, CentralEvent(content, payload: event.payload), consumer: consumer))
+                }
+            case let .peripheral(content):
+                if let peripheral = state.peripheral {
+                    routes.append(.peripheral(peripheral.continuation, PeripheralManagerEvent(content, payload: event.payload), consumer: consumer))
+                }
+            case .state:
+                break
+            }
+            return routes
         }
-        switch route {
-        case let .central(continuation, content, consumer)?:
-            continuation.yield(Delivery(element: CentralEvent(content, payload: event.payload), token: token(event.seq, consumer, 0)))
-        case let .dropped(seq)?:
-            acknowledge(seq)
-        default:
-            break
+        for route in routes {
+            switch route {
+            case let .central(continuation, element, consumer):
+                continuation.yield(Delivery(element: element, token: consumer.map { token(event.seq, $0, 0) }))
+            case let .peripheral(continuation, element, consumer):
+                continuation.yield(Delivery(element: element, token: consumer.map { token(event.seq, $0, 0) }))
+            case let .dropped(seq):
+                acknowledge(seq)
+            }
         }
     }
 
@@ -189,13 +286,15 @@ final class EventRouter: Sendable {
     // MARK: Finishing
 
     /// A consumer is done with its events up to `seq`.
-    /// The central's tokens finish across connections: `seq` numbers the
-    /// app's events for good, and the repeats a new connection brings of what
-    /// the central already holds are not given to it again (see `receive`).
+    /// A Bluetooth manager's tokens finish across connections: `seq` numbers
+    /// the app's events for good, and the repeats a new connection brings of
+    /// what the manager already holds are not given to it again (see `receive`).
     func finish(_ consumer: AcknowledgementLedger.Consumer, upTo seq: UInt64, epoch: Int) {
         acknowledge(state.withLock { state in
-            if Self.isCentral(consumer) {
-                if consumer == state.centralConsumer { state.centralFinished = max(state.centralFinished ?? 0, seq) }
+            if Self.isManager(consumer) {
+                for role in [Role.central, .peripheral] where state[track: role].consumer == consumer {
+                    state[track: role].finished = max(state[track: role].finished ?? 0, seq)
+                }
                 return state.ledger.finish(consumer, upTo: seq)
             }
             return state.epoch == epoch ? state.ledger.finish(consumer, upTo: seq) : nil
@@ -251,35 +350,59 @@ final class EventRouter: Sendable {
 
     /// A central manager registered: called on the reader thread with the
     /// reply to `ble.registerCentral`, before any later event is read. Its
-    /// stream gets `willRestoreState` first, then the held events, in order.
+    /// stream gets `willRestoreState` first, then the held events meant for it, in order.
     func register(central sink: CentralSink, _ registered: CentralRegistered) {
-        let outcome = state.withLock { state -> (replaced: CentralSink?, held: [(event: AppEvent, content: BluetoothEventContent)], consumer: AcknowledgementLedger.Consumer)? in
+        let outcome = state.withLock { state -> (replaced: CentralSink?, taken: (consumer: AcknowledgementLedger.Consumer, held: [(event: AppEvent, target: BluetoothTarget)]))? in
             guard !state.isEnded else { return nil }
             sink.status.setState(registered.state)
-            let replaced = state.central
-            state.central = sink
-            state.centralCount += 1
-            (state.centralYielded, state.centralFinished) = (nil, nil)
-            defer { state.heldBluetooth = [] }
-            for (event, _) in state.heldBluetooth {
-                state.ledger.assign(event.seq, to: state.centralConsumer)
-                state.centralYielded = max(state.centralYielded ?? 0, event.seq)
-            }
-            return (replaced, state.heldBluetooth, state.centralConsumer)
+            defer { state.central = sink }
+            return (state.central, state.registered(.central))
         }
         guard let outcome else { return sink.continuation.finish() }
         outcome.replaced?.continuation.finish()
         if let restored = registered.restored {
             sink.continuation.yield(Delivery(element: .willRestoreState(restored), token: nil))
         }
-        for (event, content) in outcome.held {
-            sink.continuation.yield(
-                Delivery(element: CentralEvent(content, payload: event.payload), token: token(event.seq, outcome.consumer, 0)))
+        for (event, target) in outcome.taken.held {
+            let element: CentralEvent
+            switch target {
+            case let .central(content): element = CentralEvent(content, payload: event.payload)
+            case let .state(bluetooth): element = .stateChanged(bluetooth)
+            case .peripheral: continue
+            }
+            sink.continuation.yield(Delivery(element: element, token: token(event.seq, outcome.taken.consumer, 0)))
+        }
+    }
+
+    /// A peripheral manager registered: called on the reader thread with the
+    /// reply to `ble.registerPeripheral`, before any later event is read. Its
+    /// stream gets `willRestoreState` first, then the held events meant for it, in order.
+    func register(peripheral sink: PeripheralSink, _ registered: PeripheralRegistered) {
+        let outcome = state.withLock { state -> (replaced: PeripheralSink?, taken: (consumer: AcknowledgementLedger.Consumer, held: [(event: AppEvent, target: BluetoothTarget)]))? in
+            guard !state.isEnded else { return nil }
+            sink.status.setState(registered.state)
+            if let restored = registered.restored { sink.status.restored(restored) }
+            defer { state.peripheral = sink }
+            return (state.peripheral, state.registered(.peripheral))
+        }
+        guard let outcome else { return sink.continuation.finish() }
+        outcome.replaced?.continuation.finish()
+        if let restored = registered.restored {
+            sink.continuation.yield(Delivery(element: .willRestoreState(restored), token: nil))
+        }
+        for (event, target) in outcome.taken.held {
+            let element: PeripheralManagerEvent
+            switch target {
+            case let .peripheral(content): element = PeripheralManagerEvent(content, payload: event.payload)
+            case let .state(bluetooth): element = .stateChanged(bluetooth)
+            case .central: continue
+            }
+            sink.continuation.yield(Delivery(element: element, token: token(event.seq, outcome.taken.consumer, 0)))
         }
     }
 
     /// The central manager is gone (released, or its stream ended): later
-    /// Bluetooth events are held again, for the next one.
+    /// central events are held again, for the next one.
     func unregister(central status: CentralStatus) {
         let sink = state.withLock { state -> CentralSink? in
             guard state.central?.status === status else { return nil }
@@ -289,15 +412,35 @@ final class EventRouter: Sendable {
         sink?.continuation.finish()
     }
 
-    /// The adapter state as the daemon reported it after a reconnection (on
-    /// the reader thread, with the reply): a change is yielded as `stateChanged`.
-    func refreshed(central status: CentralStatus, state bluetooth: BluetoothState) {
-        let continuation = state.withLock { state -> CentralContinuation? in
-            guard let central = state.central, central.status === status, status.state != bluetooth else { return nil }
-            status.setState(bluetooth)
-            return central.continuation
+    /// The peripheral manager is gone: later peripheral events are held again, for the next one.
+    func unregister(peripheral status: PeripheralStatus) {
+        let sink = state.withLock { state -> PeripheralSink? in
+            guard state.peripheral?.status === status else { return nil }
+            defer { state.peripheral = nil }
+            return state.peripheral
         }
-        continuation?.yield(Delivery(element: .stateChanged(bluetooth), token: nil))
+        sink?.continuation.finish()
+    }
+
+    /// The adapter state as the daemon reported it after a reconnection (on
+    /// the reader thread, with the reply): a change is yielded as `stateChanged`
+    /// to each manager that did not know it.
+    func refreshed(state bluetooth: BluetoothState) {
+        let (central, peripheral) = state.withLock { state -> (CentralContinuation?, PeripheralContinuation?) in
+            var central: CentralContinuation?
+            var peripheral: PeripheralContinuation?
+            if let sink = state.central, sink.status.state != bluetooth {
+                sink.status.setState(bluetooth)
+                central = sink.continuation
+            }
+            if let sink = state.peripheral, sink.status.state != bluetooth {
+                sink.status.setState(bluetooth)
+                peripheral = sink.continuation
+            }
+            return (central, peripheral)
+        }
+        central?.yield(Delivery(element: .stateChanged(bluetooth), token: nil))
+        peripheral?.yield(Delivery(element: .stateChanged(bluetooth), token: nil))
     }
 
     // MARK: Connections
@@ -311,23 +454,27 @@ final class EventRouter: Sendable {
 
     /// A new connection is greeted: what to tell it before anything else, so it
     /// matches this client's view: sessions to close, and the notification registration.
-    func reconnected() -> (staleSessions: [Int], register: Bool, central: CentralStatus?) {
+    func reconnected() -> (staleSessions: [Int], register: Bool, central: CentralStatus?, peripheral: PeripheralStatus?) {
         state.withLock { state in
             defer { state.staleSessions = [] }
-            return (state.staleSessions, state.isRegisteredForNotifications, state.central?.status)
+            return (state.staleSessions, state.isRegisteredForNotifications, state.central?.status, state.peripheral?.status)
         }
     }
 
     /// Nothing more comes: every stream ends.
     func end() {
-        let (notifications, central) = state.withLock { state in
+        let (notifications, central, peripheral) = state.withLock { state in
             state.isEnded = true
-            defer { state.central = nil }
-            return (state.notifications, state.central)
+            defer {
+                state.central = nil
+                state.peripheral = nil
+            }
+            return (state.notifications, state.central, state.peripheral)
         }
         endSessions(reason: "the app disconnected from vigild", keepStale: false)
         notifications?.finish()
         central?.continuation.finish()
+        peripheral?.continuation.finish()
     }
 
     private func endSessions(reason: String, keepStale: Bool) {

@@ -9,10 +9,10 @@ import VigilKit
 struct Ble: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ble",
-        abstract: "Bluetooth LE: the adapter, peripherals, GATT reads, writes and notifications.",
+        abstract: "Bluetooth LE: the adapter, peripherals, GATT reads, writes and notifications; serving GATT services.",
         subcommands: [
             BleState.self, BleDevices.self, BleScan.self, BleConnect.self, BleDisconnect.self,
-            BleGATT.self, BleRead.self, BleWrite.self, BleNotify.self,
+            BleGATT.self, BleRead.self, BleWrite.self, BleNotify.self, BleServe.self,
         ]
     )
 }
