@@ -232,9 +232,9 @@ if gone["address"] != MONITOR or gone["willReconnect"] is not True:
 daemon.wait_state(APP, "suspended", 30)
 log(f"4. monitor off: bridge logged {gone}; suspended again")
 
+connected_before = len(lines("connected"))  # before power-on: the reconnect can be that quick
 peer.command("power-on")
 peer.wait_event("powered", on=True, timeout=20)
-connected_before = len(lines("connected"))
 burst(*AFTER_POWER_CYCLE, "after the power cycle")   # sent only once vigild has resubscribed
 wait(lambda: len(lines("connected")) > connected_before, 10, "a 'connected' line for the reconnect")
 now = {k: len(lines(k)) for k in setup_lines}
