@@ -109,14 +109,16 @@ actor DaemonCore {
         }
         if demo { builtInManifests = DemoDriver.manifests(stateDirectory: config.stateDirectory) }
         reloadManifests()
+        var saved = StateStore.Contents(apps: [:])
         do {
-            engine.restore(try stateStore.load())
+            saved = try stateStore.load()
         } catch {
             logger.error("cannot read \(stateStore.path), starting with empty event queues: \(error)")
         }
+        engine.restore(saved.apps)
         adoptSurvivors()
         startAccessories()
-        startBluetooth()
+        startBluetooth(restoring: saved.bluetooth)
         let listener = try UnixListener.bind(path: socketPath, permissions: 0o666)
         self.listener = listener
         listenerWatch = try loop.watch(listener.fd, for: .readable) { [unowned self] _ in
@@ -136,7 +138,6 @@ actor DaemonCore {
             logger.info("thawed \(id) for the daemon's stop", metadata: ["app": "\(id)"])
         }
         stopAccessories()
-        stopBluetooth()
         if let listenerWatch { loop.removeWatch(listenerWatch) }
         listener?.close()
         listener = nil
@@ -148,7 +149,8 @@ actor DaemonCore {
         processes = [:]
         if let engineTimer { loop.cancelTimer(engineTimer.id) }
         if let saveTimer { loop.cancelTimer(saveTimer) }
-        saveState()
+        saveState()  // before Bluetooth stops: what apps asked of it is saved too
+        stopBluetooth()
         logger.notice("stopped")
     }
 
@@ -199,7 +201,7 @@ actor DaemonCore {
 
     func saveState() {
         do {
-            try stateStore.save(engine.savedState())
+            try stateStore.save(StateStore.Contents(apps: engine.savedState(), bluetooth: savedBluetooth()))
         } catch {
             logger.error("cannot write \(stateStore.path): \(error)")
         }

@@ -72,6 +72,18 @@ struct DaemonConfigTests {
         #expect(config.timings.relaunchLimit == 6)
     }
 
+    @Test func bluetoothKeys() throws {
+        #expect(defaults.bluetooth == true)
+        #expect(defaults.bluetoothRequestTimeout == 20)
+        let config = try DaemonConfig.parse(
+            "bluetooth = false\nbluetooth-request-timeout = 2.5\nsession-buffer-limit = 4096\n", file: file, defaults: defaults)
+        #expect(config.bluetooth == false)
+        #expect(config.bluetoothRequestTimeout == 2.5)
+        #expect(config.sessionBufferLimit == 4096)
+        #expect(throws: ManifestProblem.self) { try DaemonConfig.parse("bluetooth = \"yes\"\n", file: file, defaults: defaults) }
+        #expect(throws: ManifestProblem.self) { try DaemonConfig.parse("bluetooth-request-timeout = -1\n", file: file, defaults: defaults) }
+    }
+
     @Test func partialTimingsKeepOtherDefaults() throws {
         let config = try DaemonConfig.parse("[timings]\nwake-budget = 1\n", file: file, defaults: defaults)
         var expected = Timings()

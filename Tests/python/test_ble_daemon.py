@@ -362,6 +362,37 @@ class BluetoothCentralTests(unittest.TestCase):
                         "the value that relaunched it")
         self.assertEqual(len(self.calls("Connect")), 1, "the link was kept, not remade")
 
+    def test_a_daemon_restart_keeps_what_the_app_asked_for(self):
+        self.control.app_action("launch", APP)
+        self.wait_until(lambda: any(r["kind"] == "bleReady" for r in self.records()), "the app's central")
+        self.wait_until(self.notifying, "the app's subscription at the mock")
+        self.heart_rate(90)
+        notifications = lambda: [r for r in self.records() if r.get("eventKind") == "ble.notification"]  # noqa: E731
+        self.wait_until(lambda: len(notifications()) == 1, "a value before the restart")
+        time.sleep(0.7)  # the state file is written at most every 0.5 s
+
+        # vigild stops (its BlueZ client and notify session go with it) and starts again.
+        for client in self.clients:
+            client.close()
+        self.clients = []
+        self.daemon.terminate()
+        self.daemon.wait(timeout=10)
+        self.wait_until(lambda: not self.notifying(), "the old daemon's notify session to end")
+        self.daemon = subprocess.Popen(
+            [VIGILD, "--socket", self.socket, "--config", f"{self.dir}/vigild.toml"],
+            env=self.mock.env, stdout=self.daemon_log, stderr=self.daemon_log, stdin=subprocess.DEVNULL)
+        self.control = self.connect()
+        # The new daemon subscribes again by itself, from the state file. (This Python app exits when
+        # its connection drops, unlike VigilKit's, which reconnects: the value relaunches it.)
+        self.wait_until(self.notifying, "StartNotify from the restarted daemon")
+        self.heart_rate(91)
+        self.wait_until(lambda: [bytes.fromhex(r["payloadHex"])[1] for r in notifications()][-1:] == [91],
+                        "the value after the restart")
+        registered = [r for r in self.records() if r["kind"] == "centralRegistered"]
+        self.assertEqual(len(registered), 2)
+        self.assertEqual(registered[-1]["restored"]["peripherals"][0]["peripheral"]["address"], HRM,
+                         "the restarted daemon kept the app's central state for it")
+
 
 if __name__ == "__main__":
     unittest.main()

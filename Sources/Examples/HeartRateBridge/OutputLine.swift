@@ -19,6 +19,12 @@ import Foundation
 /// | `measurement` | `address`, `heartRate`, `is16Bit`, `sensorContact` (`notSupported`, `notDetected`, `detected`), `energyExpended` (kJ or null), `rrIntervals` (seconds), `rrIntervalsRaw` (1/1024 s), `raw` (hex) |
 /// | `disconnected` | `address`, `reason`, `willReconnect` |
 /// | `error` | `operation`, `message`, `address`, `raw` (hex of the value that failed to decode, or null) |
+/// | `published` | `restored` (the daemon kept the service from an earlier process: not published again), `localName` (advertised, or null) |
+/// | `subscribers` | `characteristic`, `subscribed` (a central subscribed / the last one left) |
+/// | `controlPoint` | `raw` (hex of the write to 0x2A39), `action` (`resetEnergyExpended`, `forwarded`, `refused`) |
+/// | `accessory` | `event` (`opened`, `interrupted`, `reopened`, `closed`), `source` (`serial:` and the serial number or device node), `session`, `detail` |
+///
+/// A serial sensor's measurements have `address` `serial:<serial number or device node>`.
 struct OutputLine: Sendable, Equatable {
     /// Wall clock, milliseconds since the Unix epoch (what `time` shows).
     var timeMs: Int64
@@ -40,6 +46,10 @@ struct OutputLine: Sendable, Equatable {
         case measurement(address: String, measurement: HeartRateMeasurement, raw: [UInt8])
         case disconnected(address: String, reason: String, willReconnect: Bool)
         case error(operation: String, message: String, address: String?, raw: [UInt8]?)
+        case published(restored: Bool, localName: String?)
+        case subscribers(characteristic: String, subscribed: Bool)
+        case controlPoint(raw: [UInt8], action: String)
+        case accessory(event: String, source: String, session: Int?, detail: String?)
 
         var kind: String {
             switch self {
@@ -56,6 +66,10 @@ struct OutputLine: Sendable, Equatable {
             case .measurement: "measurement"
             case .disconnected: "disconnected"
             case .error: "error"
+            case .published: "published"
+            case .subscribers: "subscribers"
+            case .controlPoint: "controlPoint"
+            case .accessory: "accessory"
             }
         }
     }
@@ -169,6 +183,20 @@ extension OutputLine: Codable {
             try put("message", message)
             try put("address", address)
             try put("raw", raw.map(Hex.string))
+        case let .published(restored, localName):
+            try put("restored", restored)
+            try put("localName", localName)
+        case let .subscribers(characteristic, subscribed):
+            try put("characteristic", characteristic)
+            try put("subscribed", subscribed)
+        case let .controlPoint(raw, action):
+            try put("raw", Hex.string(raw))
+            try put("action", action)
+        case let .accessory(event, source, session, detail):
+            try put("event", event)
+            try put("source", source)
+            try put("session", session)
+            try put("detail", detail)
         }
     }
 
@@ -233,6 +261,15 @@ extension OutputLine: Codable {
             record = .error(
                 operation: try get("operation"), message: try get("message"), address: try maybe("address"),
                 raw: try raw.map { _ in try bytes("raw") })
+        case "published":
+            record = .published(restored: try get("restored"), localName: try maybe("localName"))
+        case "subscribers":
+            record = .subscribers(characteristic: try get("characteristic"), subscribed: try get("subscribed"))
+        case "controlPoint":
+            record = .controlPoint(raw: try bytes("raw"), action: try get("action"))
+        case "accessory":
+            record = .accessory(
+                event: try get("event"), source: try get("source"), session: try maybe("session"), detail: try maybe("detail"))
         default:
             throw DecodingError.dataCorruptedError(forKey: Key("kind"), in: c, debugDescription: "unknown kind '\(kind)'")
         }

@@ -20,7 +20,7 @@ extension DaemonCore: BluetoothDelegate {
 }
 
 extension DaemonCore {
-    func startBluetooth() {
+    func startBluetooth(restoring saved: SavedBluetooth?) {
         guard config.bluetooth else {
             logger.info("bluetooth: disabled by the config")
             return
@@ -32,12 +32,25 @@ extension DaemonCore {
             log: { logger.info("\($0)") })
         self.central = central
         self.peripheral = peripheral
-        peripheral.assumeIsolated { $0.setDelegate(self) }
+        peripheral.assumeIsolated { peripheral in
+            peripheral.setDelegate(self)
+            if let saved { peripheral.restore(saved.peripheral) }
+        }
         central.assumeIsolated { central in
+            if let saved { central.restore(saved.central) }
             central.setDelegate(self)
             central.attach(peripheral)
             central.start()
         }
+    }
+
+    /// What apps asked of Bluetooth, for the state file (nil when disabled).
+    func savedBluetooth() -> SavedBluetooth? {
+        guard let central, let peripheral else { return nil }
+        var saved = SavedBluetooth()
+        saved.central = central.assumeIsolated { $0.saved() }
+        saved.peripheral = peripheral.assumeIsolated { $0.saved() }
+        return saved
     }
 
     func stopBluetooth() {

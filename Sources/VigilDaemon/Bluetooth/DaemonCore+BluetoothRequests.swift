@@ -8,6 +8,9 @@ extension DaemonCore {
     /// Handles `message` if it is a Bluetooth request; false if it is not one.
     func handleBluetoothRequest(_ message: IncomingMessage, client: BluetoothClient, connection: ClientConnection) throws(ProtocolError) -> Bool {
         guard message.type.hasPrefix("ble.") else { return false }
+        // What an app asks of Bluetooth outlives a daemon restart: save soon
+        // (debounced; a task's later effect is saved by the next request or tick).
+        if case .app = client { scheduleSave() }
         guard let central else {
             throw ProtocolError(.unavailable, "Bluetooth is disabled in this daemon's config", id: message.id)
         }

@@ -1,0 +1,95 @@
+import VigilProtocol
+
+/// What apps asked of Bluetooth, as the daemon's state file keeps it: a
+/// restarted daemon re-establishes their links, subscriptions, scans,
+/// services and advertising, and a relaunched app can still restore them.
+/// Control clients' use ends with their connection and is not saved.
+public struct SavedBluetooth: Codable, Sendable, Equatable {
+    public var central: [String: SavedCentral] = [:]
+    public var peripheral: [String: SavedPeripheral] = [:]
+    public init() {}
+}
+
+public struct SavedCentral: Codable, Sendable, Equatable {
+    public var restoreIdentifier: String?
+    public var connects: [String]
+    public var subscriptions: [SavedSubscription]
+    /// nil: not scanning; [] with `scanAll`: every peripheral.
+    public var scanServices: [String]?
+    public var scanAll: Bool
+    public var allowDuplicates: Bool
+}
+
+public struct SavedSubscription: Codable, Sendable, Equatable {
+    public var path: CharacteristicPath
+    public var acquire: Bool
+}
+
+public struct SavedPeripheral: Codable, Sendable, Equatable {
+    public var restoreIdentifier: String?
+    public var services: [GATTServiceDefinition]
+    public var advertisement: AdvertisementData?
+}
+
+extension BluetoothCentral {
+    public func saved() -> [String: SavedCentral] {
+        var result: [String: SavedCentral] = [:]
+        for (client, state) in clients {
+            guard case let .app(id) = client, !state.isEmpty || state.restoreIdentifier != nil else { continue }
+            result[id] = SavedCentral(
+                restoreIdentifier: state.restoreIdentifier, connects: state.connects.sorted(),
+                subscriptions: state.subscriptions.map { SavedSubscription(path: $0.key, acquire: $0.value) }
+                    .sorted { "\($0.path)" < "\($1.path)" },
+                scanServices: state.scan.map { ($0.services ?? []).sorted() }, scanAll: state.scan?.services == nil,
+                allowDuplicates: state.scan?.allowDuplicates ?? false)
+        }
+        return result
+    }
+
+    /// Before BlueZ is loaded: the intents come back; `reconcileEverything`
+    /// acts on them once the mirror is there.
+    public func restore(_ saved: [String: SavedCentral]) {
+        for (id, app) in saved {
+            var state = CentralClientState(restoreIdentifier: app.restoreIdentifier)
+            state.connects = Set(app.connects)
+            for subscription in app.subscriptions { state.subscriptions[subscription.path] = subscription.acquire }
+            if let services = app.scanServices {
+                state.scan = .init(services: app.scanAll ? nil : Set(services), allowDuplicates: app.allowDuplicates)
+            }
+            clients[.app(id)] = state
+        }
+        if !saved.isEmpty { log("bluetooth: restored the central use of \(saved.count) app(s) from the state file") }
+    }
+}
+
+extension BluetoothPeripheral {
+    public func saved() -> [String: SavedPeripheral] {
+        var result: [String: SavedPeripheral] = [:]
+        for (client, state) in clients {
+            guard case let .app(id) = client, !state.isEmpty else { continue }
+            result[id] = SavedPeripheral(
+                restoreIdentifier: state.restoreIdentifier, services: state.services.map(\.definition),
+                advertisement: state.advertisement?.data)
+        }
+        return result
+    }
+
+    /// Services and advertisements come back unpublished; `bluezReady`
+    /// publishes them once BlueZ is there.
+    public func restore(_ saved: [String: SavedPeripheral]) {
+        for (id, app) in saved {
+            let client = BluetoothClient.app(id)
+            var state = PeripheralClientState(restoreIdentifier: app.restoreIdentifier)
+            for definition in app.services {
+                guard let root = try? objectPath("/org/vigil/gatt/\(token(client))/app\(nextServiceNumber)") else { continue }
+                nextServiceNumber += 1
+                state.services.append(PublishedService(definition: definition, root: root))
+            }
+            if let data = app.advertisement, let path = try? objectPath("/org/vigil/advertising/\(token(client))") {
+                state.advertisement = PublishedAdvertisement(data: data, path: path)
+            }
+            clients[client] = state
+        }
+        if !saved.isEmpty { log("bluetooth: restored the services of \(saved.count) app(s) from the state file") }
+    }
+}
