@@ -1,4 +1,5 @@
 import VigilDBus
+import VigilProtocol
 
 /// Typed reads of one object's properties in the mirror. Missing or mistyped
 /// properties read as absent, never as a crash: BlueZ versions differ.
@@ -31,7 +32,7 @@ public struct DeviceView: Sendable, Equatable {
         var result: [String: String] = [:]
         for entry in properties["ManufacturerData"]?.dictionaryEntries ?? [] {
             guard let company = entry.key.uint16, let data = entry.value.unwrapped.bytes else { continue }
-            result[String(company)] = hex(data)
+            result[String(company)] = GATTHex.string(data)
         }
         return result
     }
@@ -41,7 +42,7 @@ public struct DeviceView: Sendable, Equatable {
         var result: [String: String] = [:]
         for (uuid, value) in properties["ServiceData"]?.dictionaryStringVariant ?? [:] {
             guard let data = value.unwrapped.bytes else { continue }
-            result[BluetoothUUID.normalize(uuid) ?? uuid] = hex(data)
+            result[BluetoothUUID.normalize(uuid) ?? uuid] = GATTHex.string(data)
         }
         return result
     }
@@ -71,15 +72,4 @@ public struct GattDescriptorView: Sendable, Equatable {
     public let properties: [String: DBusValue]
     public var uuid: String { BluetoothUUID.normalize(properties["UUID"]?.string ?? "") ?? "" }
     public var characteristic: ObjectPath? { properties["Characteristic"]?.objectPath }
-}
-
-func hex(_ bytes: [UInt8]) -> String {
-    let digits = Array("0123456789abcdef")
-    var text = ""
-    text.reserveCapacity(bytes.count * 2)
-    for byte in bytes {
-        text.append(digits[Int(byte >> 4)])
-        text.append(digits[Int(byte & 0xf)])
-    }
-    return text
 }

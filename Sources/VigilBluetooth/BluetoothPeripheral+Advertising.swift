@@ -72,7 +72,7 @@ extension BluetoothPeripheral {
         if let manufacturer = data.manufacturerData {
             var entries: [DBusDictEntry] = []
             for (company, hexValue) in manufacturer.sorted(by: { $0.key < $1.key }) {
-                guard let id = UInt16(company), let bytes = GATTDefinitionCheck.bytes(fromHex: hexValue) else {
+                guard let id = UInt16(company), let bytes = GATTHex.bytes(hexValue) else {
                     throw ProtocolError(.invalidArgument, "manufacturer data needs a decimal company id and hex data, not \(company): \(hexValue)")
                 }
                 entries.append(DBusDictEntry(key: .uint16(id), value: .variant(.bytes(bytes))))
@@ -82,7 +82,7 @@ extension BluetoothPeripheral {
         if let serviceData = data.serviceData {
             var entries: [String: DBusValue] = [:]
             for (service, hexValue) in serviceData {
-                guard let uuid = BluetoothUUID.normalize(service), let bytes = GATTDefinitionCheck.bytes(fromHex: hexValue) else {
+                guard let uuid = BluetoothUUID.normalize(service), let bytes = GATTHex.bytes(hexValue) else {
                     throw ProtocolError(.invalidArgument, "service data needs a UUID and hex data, not \(service): \(hexValue)")
                 }
                 entries[uuid] = .bytes(bytes)

@@ -57,7 +57,7 @@ extension BluetoothPeripheral {
             ]])
             for (index, definition) in service.definition.characteristics.enumerated() {
                 let path = try servicePath.appending("char\(index)")
-                let fixed = definition.value.flatMap(GATTDefinitionCheck.bytes(fromHex:))
+                let fixed = definition.value.flatMap(GATTHex.bytes)
                 service.characteristics[path] = PublishedCharacteristic(
                     service: service.definition.uuid, uuid: definition.uuid, flags: definition.properties, fixedValue: fixed)
                 try await tree.add(path, interfaces: [BlueZ.gattCharacteristic: [
@@ -66,7 +66,7 @@ extension BluetoothPeripheral {
                     self?.assumeIsolated { $0.characteristicCall(call, client: client, service: service) }
                 })
                 for (number, descriptor) in (definition.descriptors ?? []).enumerated() {
-                    let value = GATTDefinitionCheck.bytes(fromHex: descriptor.value) ?? []
+                    let value = GATTHex.bytes(descriptor.value) ?? []
                     try await tree.add(try path.appending("desc\(number)"), interfaces: [BlueZ.gattDescriptor: [
                         "UUID": .string(descriptor.uuid), "Characteristic": .objectPath(path), "Flags": .strings(["read"]),
                     ]], handler: { call in

@@ -35,7 +35,7 @@ enum GATTDefinitionCheck {
             }
             var value: String?
             if let hex = characteristic.value {
-                guard let bytes = bytes(fromHex: hex) else {
+                guard let bytes = GATTHex.bytes(hex) else {
                     throw ProtocolError(.invalidArgument, "\(where_): value '\(hex)' is not hex")
                 }
                 if let conflict = characteristic.properties.first(where: changing.contains) {
@@ -46,7 +46,7 @@ enum GATTDefinitionCheck {
                 guard characteristic.properties.contains("read") else {
                     throw ProtocolError(.invalidArgument, "\(where_): a fixed value needs the 'read' property")
                 }
-                value = hexString(bytes)
+                value = GATTHex.string(bytes)
             }
             var descriptors: [GATTDescriptorDefinition] = []
             for descriptor in characteristic.descriptors ?? [] {
@@ -56,10 +56,10 @@ enum GATTDefinitionCheck {
                 if descriptorUUID == BluetoothUUID.normalize("2902") {
                     throw ProtocolError(.invalidArgument, "\(where_): BlueZ provides the CCCD (0x2902) itself; leave it out")
                 }
-                guard let bytes = bytes(fromHex: descriptor.value) else {
+                guard let bytes = GATTHex.bytes(descriptor.value) else {
                     throw ProtocolError(.invalidArgument, "\(where_): descriptor value '\(descriptor.value)' is not hex")
                 }
-                descriptors.append(GATTDescriptorDefinition(uuid: descriptorUUID, value: hexString(bytes)))
+                descriptors.append(GATTDescriptorDefinition(uuid: descriptorUUID, value: GATTHex.string(bytes)))
             }
             result.characteristics.append(
                 GATTCharacteristicDefinition(
@@ -68,19 +68,5 @@ enum GATTDefinitionCheck {
         return result
     }
 
-    static func bytes(fromHex text: String) -> [UInt8]? {
-        let digits = Array(text.lowercased().filter { $0 != " " && $0 != ":" })
-        guard digits.count % 2 == 0 else { return nil }
-        var result: [UInt8] = []
-        result.reserveCapacity(digits.count / 2)
-        var index = 0
-        while index < digits.count {
-            guard let byte = UInt8(String(digits[index..<index + 2]), radix: 16) else { return nil }
-            result.append(byte)
-            index += 2
-        }
-        return result
-    }
 
-    static func hexString(_ bytes: [UInt8]) -> String { hex(bytes) }
 }
