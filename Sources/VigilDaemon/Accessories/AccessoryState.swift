@@ -38,6 +38,8 @@ final class OpenPort {
     /// Writes waiting for the device, each answered once all its bytes are taken.
     var pendingWrites: [PendingWrite] = []
     var bytesIn: UInt64 = 0
+    /// Reused for every read of this port.
+    var readBuffer = [UInt8](repeating: 0, count: 64 * 1024)
     var bytesOut: UInt64 = 0
     /// `bytesIn` when the app was last woken for held-back data (see `wakeIfHeldBack`).
     var bytesInAtHeldBackWake: UInt64?

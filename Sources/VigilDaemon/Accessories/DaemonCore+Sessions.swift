@@ -119,40 +119,56 @@ extension DaemonCore {
     /// Reads what the device sent, as long as the holder can take it. When the
     /// session's buffer (bytes read and not yet acknowledged) is full, reading
     /// stops: the tty's own buffer fills and flow control holds the device.
+    ///
+    /// What one readiness yields (up to 16 reads) is handed on once: a tty
+    /// gives a few KiB per read, and each hand-over costs an engine call.
     private func readPort(_ session: Int, _ port: OpenPort) {
         guard let record = accessoryState.sessions.sessions[session] else { return }
-        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        var room = Int.max
+        if case let .app(app) = record.holder {
+            guard canBuffer(session, app: app) else { return pauseReading(session, port) }
+            // Never more than the bound: read only what still fits.
+            room = accessoryState.bufferLimit - bufferedBytes(session, app: app)
+        }
+        var gathered: [UInt8] = []
+        func handOn() {
+            guard !gathered.isEmpty else { return }
+            port.bytesIn += UInt64(gathered.count)
+            deliverData(gathered, session: session, holder: record.holder)
+            gathered = []
+        }
         // A bounded number of reads per readiness, so one busy device cannot
         // starve the loop; epoll is level-triggered and calls again.
         for _ in 0..<16 {
-            var room = buffer.count
-            if case let .app(app) = record.holder {
-                guard canBuffer(session, app: app) else {
-                    pauseReading(session, port)
-                    return
-                }
-                // Never more than the bound: read only what still fits.
-                room = min(room, accessoryState.bufferLimit - bufferedBytes(session, app: app))
+            let wanted = min(port.readBuffer.count, room - gathered.count)
+            guard wanted > 0 else {
+                handOn()
+                return pauseReading(session, port)
             }
             let result: SerialRead
             do {
-                result = try buffer.withUnsafeMutableBytes { try port.port.read(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<room])) }
+                result = try port.readBuffer.withUnsafeMutableBytes {
+                    try port.port.read(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<wanted]))
+                }
             } catch {
+                handOn()  // what came before the failure is the app's
                 return endSession(session, reason: "read failed: \(error)", keepForReopen: record.reopen)
             }
             switch result {
             case .wouldBlock:
+                handOn()
                 reportLoss(session, port, record)
                 return
             case .hangup:
                 // EOF or EIO: the device is gone. Never read it again (no spinning);
                 // udev's remove follows and tells the apps.
+                handOn()
                 return endSession(session, reason: "the device hung up", keepForReopen: record.reopen)
             case let .bytes(count):
-                port.bytesIn += UInt64(count)
-                deliverData(Array(buffer[0..<count]), session: session, holder: record.holder)
+                gathered.append(contentsOf: port.readBuffer[0..<count])
             }
         }
+        handOn()
         reportLoss(session, port, record)
     }
 
