@@ -6,6 +6,7 @@ import VigilSystem
 /// GetManagedObjects whenever BlueZ (re)appears or the bus connection is new.
 extension BluetoothCentral {
     func connectBus() async {
+        guard !stopped else { return }
         busGeneration += 1
         let generation = busGeneration
         do {
@@ -55,6 +56,7 @@ extension BluetoothCentral {
     }
 
     private func scheduleBusReconnect() {
+        guard !stopped else { return }
         let delay = reconnectDelay
         reconnectDelay = min(reconnectDelay * 2, .seconds(10))
         loop.schedule(after: delay) { [weak self] in

@@ -30,6 +30,8 @@ public actor BluetoothCentral {
     var signalsWhileLoading: [DBusMessage] = []
     var reconnectDelay: Duration = .milliseconds(500)
     var busUnavailableLogged = false
+    /// After `stop`: no reconnecting.
+    var stopped = false
     var lastState: BluetoothState = .unknown
 
     // Clients and links (BluetoothCentral+Links, +Scanning, +Subscriptions).
@@ -66,6 +68,8 @@ public actor BluetoothCentral {
     }
 
     public func stop() async {
+        stopped = true
+        busGeneration += 1  // the closing connection's disconnect is not an outage
         await bus?.close()
         bus = nil
     }
