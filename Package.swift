@@ -122,7 +122,7 @@ let package = Package(
             name: "HeartRateBridge",
             dependencies: ["VigilKit"],
             path: "Sources/Examples/HeartRateBridge",
-            exclude: ["org.vigil.example.hrm-bridge.toml"],
+            exclude: ["org.vigil.example.hrm-bridge.toml", "org.vigil.example.hrm-bridge-serial.toml"],
             swiftSettings: strict
         ),
         // Benchmarks print figures (ratios against a baseline of the same run); they assert nothing.

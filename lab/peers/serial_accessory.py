@@ -11,10 +11,19 @@ Modes:
            as fast as the port takes them, then report bytes/s.
   sink     throughput the other way: read --bytes bytes, check the same
            pattern, report bytes/s.
+  hrm      a serial heart-rate sensor (vigil-hrm-bridge --serial-protocol):
+           writes the lines of a fixed sequence (HRM_SEQUENCE, cycled), in
+           the bridge's line format "hr=72 contact=1 energy=105 rr=812,799\n",
+           but only on command: "send N" writes the next N lines, --rate per
+           second, then emits "burst-done".  Each line written is logged as
+           an "hrm" event: seq, line, and either expected (what a decoder of
+           the 0x2A37 value must find: hr, format, contact, energy, rr, as
+           vigillab.decode_heart_rate returns it) or malformed=true (a line
+           the bridge must reject).
 
 Events (JSON lines, --events): "open", "record" (records mode, every one),
 "done" with counts and bytes_per_s, "eof"/"error" when the port goes away.
-Commands on --control: "pause", "resume", "quit".
+Commands on --control: "pause", "resume", "quit" (and "send N" in hrm mode).
 """
 
 from __future__ import annotations
@@ -35,6 +44,33 @@ def pattern(n: int, start: int = 0) -> bytes:
     return bytes((i % 251) for i in range(start, start + n))
 
 
+# hrm mode: both rate formats, the three contact states, energy present,
+# absent and at its limits, 0-4 RR intervals, and one malformed line.
+HRM_SEQUENCE = [
+    "hr=72 contact=1 energy=105 rr=812,799",
+    "hr=75 contact=1 energy=106",
+    "hr=300 contact=0 rr=200,201,202",
+    "hr=64",
+    "hr=bad contact=1",
+    "hr=255 energy=65535 rr=1024",
+    "hr=256 contact=1 energy=0 rr=60000,1,2,3",
+    "hr=61 contact=0 energy=7",
+]
+
+
+def hrm_expected(line: str) -> dict | None:
+    """What decode_heart_rate must return for the bridge's value of `line`; None: malformed."""
+    fields = dict(f.split("=", 1) for f in line.split())
+    try:
+        hr = int(fields["hr"])
+    except ValueError:
+        return None
+    contact = {"1": "yes", "0": "no"}.get(fields.get("contact", ""), "none")
+    energy = int(fields["energy"]) if "energy" in fields else None
+    rr = [int(v) for v in fields["rr"].split(",")] if "rr" in fields else []
+    return {"hr": hr, "format": "uint16" if hr > 255 else "uint8", "contact": contact, "energy": energy, "rr": rr}
+
+
 def record(seq: int, t: float) -> bytes:
     value = (seq * 37) % 1000 / 10
     return f"{seq},{t:.6f},{value:.1f}\n".encode()
@@ -52,6 +88,7 @@ class Accessory:
             os.mkfifo(args.control)
             self.ctl = os.open(args.control, os.O_RDWR | os.O_NONBLOCK)
         self.ctl_buf = b""
+        self.budget = 0  # hrm mode: lines still to send
 
     def poll_control(self) -> bool:
         """Handle pending commands; False = quit."""
@@ -71,6 +108,8 @@ class Accessory:
                 self.paused = False
             elif cmd == "quit":
                 return False
+            elif cmd.startswith("send "):
+                self.budget += int(cmd.split()[1])
         return True
 
     def open(self) -> int:
@@ -122,6 +161,33 @@ class Accessory:
             self.ev.emit("record", seq=seq, line=line.decode().strip())
             seq += 1
         self.ev.emit("done", mode="records", count=seq)
+
+    def run_hrm(self, fd: int) -> None:
+        period = 1.0 / self.a.rate if self.a.rate > 0 else 0
+        seq = 0
+        while True:
+            if not self.poll_control():
+                return
+            if self.budget <= 0 or self.paused:
+                time.sleep(0.05)
+                continue
+            text = HRM_SEQUENCE[seq % len(HRM_SEQUENCE)]
+            if not self.write_all(fd, (text + "\n").encode()):
+                return
+            expected = hrm_expected(text)
+            if expected is None:
+                self.ev.emit("hrm", seq=seq, line=text, malformed=True)
+            else:
+                self.ev.emit("hrm", seq=seq, line=text, expected=expected)
+            seq += 1
+            self.budget -= 1
+            if self.budget == 0:
+                self.ev.emit("burst-done", seq=seq - 1)
+            deadline = time.monotonic() + period
+            while time.monotonic() < deadline:
+                if not self.poll_control():
+                    return
+                time.sleep(0.02)
 
     def run_echo(self, fd: int) -> None:
         total = 0
@@ -196,8 +262,8 @@ class Accessory:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", required=True, help="tty to act on, e.g. /dev/ttyGS0")
-    p.add_argument("--mode", choices=["records", "echo", "bulk", "sink"], default="records")
-    p.add_argument("--rate", type=float, default=10.0, help="records per second (records mode)")
+    p.add_argument("--mode", choices=["records", "echo", "bulk", "sink", "hrm"], default="records")
+    p.add_argument("--rate", type=float, default=10.0, help="records (records mode) or lines (hrm mode) per second")
     p.add_argument("--count", type=int, default=0, help="records (records) or bytes (echo); 0 = forever")
     p.add_argument("--bytes", type=int, default=1 << 20, help="bytes to send/receive (bulk, sink)")
     _peerlib.add_common_args(p)

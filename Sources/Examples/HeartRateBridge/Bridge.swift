@@ -8,16 +8,19 @@ actor Bridge {
     let app: Application
     let central: CentralManager
     let output: Output
+    /// `--republish`: each measurement's value goes out again on our own 0x2A37.
+    let republisher: Republisher?
     private(set) var planner: BridgePlanner
     private var retryScheduled = false
 
     /// Seconds before a failed scan, connect or GATT set-up is tried again.
     static let retryDelay = 5.0
 
-    init(app: Application, central: CentralManager, output: Output, options: BridgeOptions) {
+    init(app: Application, central: CentralManager, output: Output, options: BridgeOptions, republisher: Republisher? = nil) {
         self.app = app
         self.central = central
         self.output = output
+        self.republisher = republisher
         self.planner = BridgePlanner(wantedAddress: options.address)
     }
 
@@ -36,6 +39,9 @@ actor Bridge {
             switch action {
             case let .write(record):
                 output.write(OutputLine(record))
+                if case let .measurement(_, _, raw) = record {
+                    await republisher?.publish(raw)  // byte for byte as the monitor sent it
+                }
             case let .scan(services):
                 do {
                     try await central.scanForPeripherals(withServices: services)
@@ -115,6 +121,16 @@ actor Bridge {
         await app.endBackgroundTask(task)
     }
 
+    /// Control point 0x01 written to our republished service: passed on to the
+    /// monitor's own Heart Rate Control Point (0x2A39).
+    func resetEnergyExpended() async throws {
+        guard let target = planner.target, planner.connected else {
+            throw BridgeError("no monitor connected to pass the energy reset on to")
+        }
+        try await central.peripheral(target).writeValue(
+            [0x01], service: HeartRateService.service, characteristic: HeartRateService.controlPoint, withResponse: true)
+    }
+
     private func fail(_ operation: String, _ error: any Error, address: String?) {
         say("cannot \(operation)\(address.map { " (\($0))" } ?? ""): \(error)")
         output.write(OutputLine(.error(operation: operation, message: "\(error)", address: address, raw: nil)))
@@ -143,4 +159,9 @@ actor Bridge {
 func finishIfBackground(_ app: Application) async {
     guard app.state == .background else { return }
     await app.finishedProcessing()
+}
+
+struct BridgeError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
 }

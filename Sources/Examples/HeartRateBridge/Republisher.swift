@@ -38,6 +38,14 @@ actor Republisher {
     }
 
     private func perform(_ actions: [RepublishPlanner.Action]) async {
+        // Publishing is a few round trips: not suspended half-way.
+        let publishing = actions.contains { if case .publish = $0 { true } else if case .advertise = $0 { true } else { false } }
+        let task = publishing ? await app.beginBackgroundTask(name: "publish") : .invalid
+        await carryOut(actions)
+        await app.endBackgroundTask(task)
+    }
+
+    private func carryOut(_ actions: [RepublishPlanner.Action]) async {
         for action in actions {
             switch action {
             case let .write(record):

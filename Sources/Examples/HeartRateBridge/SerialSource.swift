@@ -30,6 +30,8 @@ actor SerialSource {
 
     /// Opens a session with the first connected accessory speaking the protocol, if none is held.
     func rescan(_ why: String) async {
+        // Not suspended half-way (another event's handler may say it has finished meanwhile).
+        let task = await app.beginBackgroundTask(name: "serial-rescan")
         do {
             for accessory in try await app.accessoryManager.connectedAccessories() where held == nil {
                 await attach(accessory, why)
@@ -37,10 +39,18 @@ actor SerialSource {
         } catch {
             fail("list accessories", "\(error)", source: nil)
         }
+        await app.endBackgroundTask(task)
     }
 
     func attach(_ accessory: AccessoryInfo, _ why: String) async {
         guard held == nil, accessory.protocolStrings.contains(protocolString) else { return }
+        let task = await app.beginBackgroundTask(name: "serial-open")
+        await open(accessory, why)
+        await app.endBackgroundTask(task)
+    }
+
+    private func open(_ accessory: AccessoryInfo, _ why: String) async {
+        guard held == nil else { return }
         let identity = "\(accessory.vendorID):\(accessory.productID):\(Self.source(of: accessory))"
         held = identity  // claimed before the first await
         let session: AccessorySession
@@ -88,6 +98,13 @@ actor SerialSource {
         try? await Task.sleep(for: .seconds(1))
         await rescan("a session ended")
         await finishIfBackground(app)
+    }
+
+    /// A session of an earlier process ended for good: open one of our own.
+    func earlierSessionEnded(_ session: Int) async {
+        guard sources[session] == nil else { return }  // one of ours: `follow` sees it end
+        held = nil
+        await rescan("a session of an earlier process ended")
     }
 
     /// The byte stream broke off: an unfinished line can never be completed.
