@@ -164,7 +164,7 @@ let package = Package(
             exclude: ["umockdev-testbed.py"],
             swiftSettings: strict
         ),
-        .testTarget(name: "VigilBluetoothTests", dependencies: ["VigilBluetooth", "VigilDBus", "VigilSystem"], swiftSettings: strict),
+        .testTarget(name: "VigilBluetoothTests", dependencies: ["VigilBluetooth", "VigilDBus", "VigilProtocol", "VigilSystem"], swiftSettings: strict),
         .testTarget(name: "VigilDBusTests", dependencies: ["VigilDBus", "VigilSystem"], swiftSettings: strict),
         .testTarget(name: "HeartRateBridgeTests", dependencies: ["HeartRateBridge"], swiftSettings: strict),
         .testTarget(name: "SensorLoggerTests", dependencies: ["SensorLogger"], swiftSettings: strict),

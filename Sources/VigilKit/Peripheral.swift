@@ -63,38 +63,15 @@ public struct Peripheral: Sendable {
 /// the short form people write, so that an app compares what it asked for with
 /// what events name: `GATTUUID.matches(path.characteristic, "2a37")`.
 public enum GATTUUID {
-    static let baseSuffix = "-0000-1000-8000-00805f9b34fb"
-
     /// The full lowercase form of a 16-, 32- or 128-bit UUID (`"180D"`,
     /// `"0x2a37"`, `"0000180d-0000-…"`); nil if `text` is not a UUID.
-    public static func canonical(_ text: String) -> String? {
-        var hex = text.lowercased()
-        if hex.hasPrefix("0x") { hex.removeFirst(2) }
-        guard !hex.isEmpty, hex.allSatisfy({ $0.isHexDigit || $0 == "-" }) else { return nil }
-        let digits = hex.filter { $0 != "-" }
-        switch digits.count {
-        case 4 where !hex.contains("-"): return "0000" + digits + baseSuffix
-        case 8 where !hex.contains("-"): return digits + baseSuffix
-        case 32:
-            let d = Array(digits)
-            return String(d[0..<8]) + "-" + String(d[8..<12]) + "-" + String(d[12..<16]) + "-"
-                + String(d[16..<20]) + "-" + String(d[20..<32])
-        default: return nil
-        }
-    }
+    public static func canonical(_ text: String) -> String? { BluetoothUUID.normalize(text) }
 
     /// The short form (`"180d"`) of a UUID on the Bluetooth base, else the full form.
-    public static func short(_ uuid: String) -> String {
-        guard let full = canonical(uuid), full.hasSuffix(baseSuffix) else { return uuid.lowercased() }
-        let head = full.prefix(8)
-        return head.hasPrefix("0000") ? String(head.dropFirst(4)) : String(head)
-    }
+    public static func short(_ uuid: String) -> String { BluetoothUUID.short(uuid) }
 
     /// Whether two spellings name the same UUID.
-    public static func matches(_ lhs: String, _ rhs: String) -> Bool {
-        guard let lhs = canonical(lhs), let rhs = canonical(rhs) else { return lhs.lowercased() == rhs.lowercased() }
-        return lhs == rhs
-    }
+    public static func matches(_ lhs: String, _ rhs: String) -> Bool { BluetoothUUID.matches(lhs, rhs) }
 }
 
 extension CharacteristicPath {

@@ -3,7 +3,8 @@
 ///
 /// Apps and people write 16- or 32-bit short forms ("180D", "0x2a37"); BlueZ
 /// always reports the full form. Normalising at every entry point means a
-/// comparison is a string equality, never a guess.
+/// comparison is a string equality, never a guess. One definition for the
+/// daemon and the clients (VigilKit's `GATTUUID` is this).
 public enum BluetoothUUID {
     static let baseSuffix = "-0000-1000-8000-00805f9b34fb"
 
@@ -26,8 +27,14 @@ public enum BluetoothUUID {
 
     /// The short form for display ("180d") when the UUID is on the Bluetooth base, else the full form.
     public static func short(_ uuid: String) -> String {
-        guard let full = normalize(uuid), full.hasSuffix(baseSuffix) else { return uuid }
+        guard let full = normalize(uuid), full.hasSuffix(baseSuffix) else { return uuid.lowercased() }
         let head = full.prefix(8)
         return head.hasPrefix("0000") ? String(head.dropFirst(4)) : String(head)
+    }
+
+    /// Whether two spellings name the same UUID.
+    public static func matches(_ lhs: String, _ rhs: String) -> Bool {
+        guard let lhs = normalize(lhs), let rhs = normalize(rhs) else { return lhs.lowercased() == rhs.lowercased() }
+        return lhs == rhs
     }
 }
