@@ -89,9 +89,13 @@ class BluetoothPeripheralTests(unittest.TestCase):
         deadline = time.monotonic() + timeout
         while not condition():
             if time.monotonic() > deadline:
-                with open(f"{self.dir}/vigild.log") as log:
-                    self.fail(f"timed out waiting for {what}\nvigild log:\n{''.join(log.readlines()[-30:])}")
+                self.fail(f"timed out waiting for {what}\n{self.diagnostics()}")
             time.sleep(0.05)
+
+    def diagnostics(self):
+        with open(f"{self.dir}/vigild.log") as log:
+            text = "vigild log:\n" + "".join(log.readlines()[-40:])
+        return text + "\napp records:\n" + "\n".join(json.dumps(r) for r in self.records()[-20:])
 
     def push(self, kind, timeout=15):
         deadline = time.monotonic() + timeout
@@ -237,7 +241,7 @@ class BluetoothPeripheralTests(unittest.TestCase):
         self.assertEqual(len(self.mock.control.Applications()), 1, "the service went with the app")
         thread, result = self.remote("RemoteRead", path, self.dbus.UInt16(0))
         thread.join(30)
-        self.assertEqual(bytes(result["value"][1]), b"value-1", result)
+        self.assertEqual(bytes(result["value"][1]), b"value-1", f"{result}\n{self.diagnostics()}")
         registered = [r for r in self.records() if r["kind"] == "peripheralRegistered"]
         self.assertEqual(len(registered), 2)
         self.assertEqual(registered[-1]["restored"]["services"][0]["uuid"], HRS)

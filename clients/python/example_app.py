@@ -17,7 +17,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from vigil_client import AppClient, Event, Lifecycle, monotonic_ns  # noqa: E402
+from vigil_client import AppClient, Event, Lifecycle, VigilError, monotonic_ns  # noqa: E402
 
 
 def main():
@@ -113,16 +113,20 @@ def main():
                 elif item.kind == "session.closed" and item.attributes.get("session") == session \
                         and not item.attributes.get("willReopen"):
                     session = None
-                if item.kind == "ble.peripheral.read":
-                    reads += 1
-                    app.request("ble.respond", request=item.attributes["request"], body=f"value-{reads}".encode())
-                elif item.kind == "ble.peripheral.write" and "request" in item.attributes:
-                    app.request("ble.respond", request=item.attributes["request"])
-                elif item.kind == "ble.peripheral.subscribed":
-                    for n in range(1, options.ble_updates + 1):
-                        update = app.request("ble.updateValue", service=item.attributes["service"],
-                                             characteristic=item.attributes["characteristic"], body=bytes([0, n]))
-                        record(kind="updateSent", n=n, sent=update["sent"], subscribed=update["subscribed"])
+                try:
+                    if item.kind == "ble.peripheral.read":
+                        app.request("ble.respond", request=item.attributes["request"], body=f"value-{reads + 1}".encode())
+                        reads += 1  # answers that reached a central
+                    elif item.kind == "ble.peripheral.write" and "request" in item.attributes:
+                        app.request("ble.respond", request=item.attributes["request"])
+                    elif item.kind == "ble.peripheral.subscribed":
+                        for n in range(1, options.ble_updates + 1):
+                            update = app.request("ble.updateValue", service=item.attributes["service"],
+                                                 characteristic=item.attributes["characteristic"], body=bytes([0, n]))
+                            record(kind="updateSent", n=n, sent=update["sent"], subscribed=update["subscribed"])
+                except VigilError as error:
+                    # E.g. a redelivered request (after a crash) that was already answered or timed out.
+                    record(kind="bleRequestFailed", seq=item.seq, code=error.code, error=error.message)
                 if item.kind == "session.data" and options.ack_delay > 0:
                     time.sleep(options.ack_delay)
                 app.ack(item.seq)
