@@ -116,6 +116,9 @@ class Accessory:
         fd = os.open(self.a.device, os.O_RDWR | os.O_NOCTTY)
         tty.setraw(fd, termios.TCSANOW)
         attrs = termios.tcgetattr(fd)
+        # What tty.setraw leaves on and cfmakeraw clears, plus software flow
+        # control both ways: any byte value must pass untouched.
+        attrs[0] &= ~(termios.IGNBRK | termios.PARMRK | termios.INLCR | termios.IGNCR | termios.IXOFF | termios.IXANY)
         attrs[6][termios.VMIN] = 1
         attrs[6][termios.VTIME] = 0
         termios.tcsetattr(fd, termios.TCSANOW, attrs)

@@ -34,7 +34,9 @@ msg = os.urandom(4096)
 lab.write_all(h, msg)
 back = lab.read_exact(h, len(msg), 30, "the echo")
 if back != msg:
-    raise LabError("echo returned different bytes")
+    first = next(i for i, (a, b) in enumerate(zip(back, msg)) if a != b)
+    raise LabError(f"echo returned different bytes: first difference at {first} "
+                   f"(sent {msg[first:first + 8].hex()}, got {back[first:first + 8].hex()})")
 lab.log("echo: 4096 bytes returned intact")
 peer.stop()
 
