@@ -38,9 +38,13 @@ final class FakeDaemon: @unchecked Sendable {
     }
 
     /// Closes the listener and the connection.
+    ///
+    /// Every fd is closed only by the thread that uses it, and only while no
+    /// one else can still reach it (the connection under the lock): tests run
+    /// in parallel in one process, and an fd number closed twice, or used
+    /// after its close, would be another test's socket by then.
     func stop() {
-        shutdown(listener, Int32(SHUT_RDWR))
-        close(listener)
+        shutdown(listener, Int32(SHUT_RDWR))  // the accept thread closes it
         dropConnection()
         unlink(path)
     }
@@ -74,25 +78,33 @@ final class FakeDaemon: @unchecked Sendable {
     }
 
     func send(_ frame: Frame) {
-        guard let fd = state.withLock({ $0.connection }) else { return }
         let bytes = frame.encoded()
-        var offset = 0
-        while offset < bytes.count {
-            let written = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL)) }
-            guard written > 0 else { return }
-            offset += written
+        // Under the lock: the reading thread cannot close the fd meanwhile.
+        state.withLock { state in
+            guard let fd = state.connection else { return }
+            var offset = 0
+            while offset < bytes.count {
+                let written = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL)) }
+                guard written > 0 else { return }
+                offset += written
+            }
         }
     }
 
     /// Hangs up, as a daemon that stops would.
     func dropConnection() {
-        if let fd = state.withLock({ $0.connection.take() }) { shutdown(fd, Int32(SHUT_RDWR)) }
+        state.withLock { state in
+            if let fd = state.connection.take() { shutdown(fd, Int32(SHUT_RDWR)) }
+        }
     }
 
     private func acceptLoop() {
         while true {
             let fd = accept(listener, nil, nil)
-            guard fd >= 0 else { return }
+            guard fd >= 0 else {
+                close(listener)
+                return
+            }
             state.withLock { state in
                 if let old = state.connection { shutdown(old, Int32(SHUT_RDWR)) }
                 state.connection = fd
@@ -103,7 +115,12 @@ final class FakeDaemon: @unchecked Sendable {
     }
 
     private func readLoop(_ fd: Int32) {
-        defer { close(fd) }
+        defer {
+            state.withLock { state in
+                if state.connection == fd { state.connection = nil }
+                close(fd)
+            }
+        }
         var decoder = FrameDecoder()
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
         while true {
