@@ -184,6 +184,15 @@ class BluetoothCentralTests(unittest.TestCase):
     def calls(self, method):
         return [call for call in self.mock.control.Calls() if str(call[4]) == method]
 
+    def subscription_saved(self):
+        """Whether the daemon's state file holds the app's 0x2A37 subscription."""
+        try:
+            with open(f"{self.dir}/state/state.json") as file:
+                central = json.load(file).get("bluetooth", {}).get("central", {}).get(APP, {})
+        except (FileNotFoundError, json.JSONDecodeError):
+            return False
+        return any(s["path"]["characteristic"].startswith("00002a37") for s in central.get("subscriptions", []))
+
     def records(self):
         try:
             with open(self.record) as file:
@@ -369,7 +378,7 @@ class BluetoothCentralTests(unittest.TestCase):
         self.heart_rate(90)
         notifications = lambda: [r for r in self.records() if r.get("eventKind") == "ble.notification"]  # noqa: E731
         self.wait_until(lambda: len(notifications()) == 1, "a value before the restart")
-        time.sleep(0.7)  # the state file is written at most every 0.5 s
+        self.wait_until(self.subscription_saved, "the subscription in the state file")
 
         # vigild stops (its BlueZ client and notify session go with it) and starts again.
         for client in self.clients:

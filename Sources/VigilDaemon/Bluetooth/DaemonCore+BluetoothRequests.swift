@@ -9,8 +9,9 @@ extension DaemonCore {
     func handleBluetoothRequest(_ message: IncomingMessage, client: BluetoothClient, connection: ClientConnection) throws(ProtocolError) -> Bool {
         guard message.type.hasPrefix("ble.") else { return false }
         // What an app asks of Bluetooth outlives a daemon restart: save soon
-        // (debounced; a task's later effect is saved by the next request or tick).
-        if case .app = client { scheduleSave() }
+        // (debounced). Only requests that change what it asked for: answers and
+        // value updates come many per second and change nothing saved.
+        if case .app = client, Self.intentRequests.contains(message.type) { scheduleSave() }
         guard let central else {
             throw ProtocolError(.unavailable, "Bluetooth is disabled in this daemon's config", id: message.id)
         }
@@ -176,6 +177,13 @@ extension DaemonCore {
             break
         }
     }
+
+    /// The requests whose effect is in the state file (`savedBluetooth`).
+    static let intentRequests: Set<String> = [
+        RegisterCentral.type, StartScan.type, StopScan.type, ConnectPeripheral.type, CancelPeripheralConnection.type,
+        SetNotify.type, RegisterPeripheral.type, AddService.type, RemoveService.type, StartAdvertising.type,
+        StopAdvertising.type,
+    ]
 
     private func answer(_ outcome: Result<(any Message, [UInt8]), ProtocolError>, id: Int?, connectionID: Int) {
         guard let connection = connections[connectionID] else { return }  // the client left meanwhile
