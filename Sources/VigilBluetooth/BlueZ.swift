@@ -14,16 +14,9 @@ public enum BlueZ {
     public static let properties = "org.freedesktop.DBus.Properties"
     public static let root: ObjectPath = "/"
 
-    /// Errors BlueZ answers with that the central side handles itself.
+    /// Errors of Device1.Connect the central role handles itself.
     public enum Error {
         public static let inProgress = "org.bluez.Error.InProgress"
         public static let alreadyConnected = "org.bluez.Error.AlreadyConnected"
-        public static let failed = "org.bluez.Error.Failed"
-        public static let notReady = "org.bluez.Error.NotReady"
-        public static let doesNotExist = "org.bluez.Error.DoesNotExist"
-        public static let notConnected = "org.bluez.Error.NotConnected"
-        public static let notPermitted = "org.bluez.Error.NotPermitted"
-        public static let notSupported = "org.bluez.Error.NotSupported"
-        public static let inProgressOperation = "org.bluez.Error.InProgress"
     }
 }

@@ -65,13 +65,6 @@ extension BluetoothCentral {
         guard let state = clients[client], !state.isEmpty, let identifier = state.restoreIdentifier else { return [] }
         return [identifier]
     }
-
-    /// Every client's use, for `vigilctl ble` and the status listing.
-    public func clientSummary() -> [(client: BluetoothClient, connects: [String], subscriptions: Int, scanning: Bool)] {
-        clients.sorted { $0.key.description < $1.key.description }.map {
-            ($0.key, $0.value.connects.sorted(), $0.value.subscriptions.count, $0.value.scan != nil)
-        }
-    }
 }
 
 extension CentralClientState {

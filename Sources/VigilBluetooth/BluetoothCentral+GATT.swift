@@ -176,13 +176,11 @@ extension BluetoothCentral {
                 guard let fd = reply.first?.unixFD else { throw ProtocolError(.deviceError, "AcquireNotify returned no fd") }
                 guard notify[path] === state else { Glibc.close(fd); return }
                 state.fd = fd
-                state.mtu = reply.count > 1 ? reply[1].uint16.map(Int.init) : nil
                 _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
                 state.watch = try? loop.watch(fd, for: .readable) { [weak self] events in
                     self?.assumeIsolated { $0.acquiredReadable(path, state, events) }
                 }
             }
-            state.starting = false
             log("bluetooth: \(state.address): notifications on for \(path.rawValue) (\(state.mode == .acquired ? "AcquireNotify" : "StartNotify"))")
         } catch {
             log("bluetooth: \(state.address): starting notifications for \(path.rawValue) failed: \(error); retrying after the next resolve or in 2 s")

@@ -12,9 +12,6 @@ final class NotifyState: @unchecked Sendable {
     /// The AcquireNotify socket and its watch.
     var fd: Int32?
     var watch: WatchID?
-    var mtu: Int?
-    /// StartNotify or AcquireNotify is in flight.
-    var starting = true
 
     init(address: String, mode: Mode) {
         self.address = address
