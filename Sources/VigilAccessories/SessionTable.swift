@@ -74,3 +74,26 @@ public struct SessionTable: Sendable {
         sessions.values.filter { $0.holder == holder }.sorted { $0.id < $1.id }
     }
 }
+
+/// When a waiting `reopen` session tries its accessory's node again after the
+/// open failed while the accessory stayed connected (a node busy for a moment,
+/// or gone again before its remove event was read): the delay doubles from
+/// `first` up to `limit`, so a node that keeps failing costs an open every few
+/// seconds, never a busy loop. A new connection of the accessory starts over.
+public struct ReopenBackoff: Sendable, Equatable {
+    public static let first: Duration = .milliseconds(50)
+    public static let limit: Duration = .seconds(5)
+
+    /// Failed opens on this connection so far.
+    public private(set) var failures = 0
+
+    public init() {}
+
+    /// Counts a failed open; returns how long to wait before the next one.
+    public mutating func failed() -> Duration {
+        failures += 1
+        var delay = Self.first
+        for _ in 1..<failures where delay < Self.limit { delay *= 2 }
+        return min(delay, Self.limit)
+    }
+}

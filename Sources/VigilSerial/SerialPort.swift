@@ -60,6 +60,10 @@ public final class SerialPort: Sendable {
     /// spawned by the daemon do not inherit it.
     public static func open(path: String, settings: SerialSettings = .default) throws -> SerialPort {
         try settings.validate()
+        // A node that is gone (unplugged again) fails here, with the same ENOENT,
+        // and not in open(2): umockdev's preload leaks a socket for every failed
+        // open of a /dev node and aborts the process past ~50 of them.
+        try check("open", path: path) { access(path, F_OK) }
         let fd = try check("open", path: path) { Glibc.open(path, O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC) }
         var exclusive = true
         if ioctl(fd, UInt(TIOCEXCL)) != 0 {

@@ -113,3 +113,16 @@ struct SessionTableTests {
         #expect(table.sessions(of: accessory.info.connectionID).isEmpty)
     }
 }
+
+@Suite("a failed reopen waits, with a bounded backoff")
+struct ReopenBackoffTests {
+    @Test func delaysDoubleUpToTheLimitAndNeverReachZero() {
+        var backoff = ReopenBackoff()
+        let delays = (0..<12).map { _ in backoff.failed() }
+        #expect(delays.prefix(4) == [.milliseconds(50), .milliseconds(100), .milliseconds(200), .milliseconds(400)])
+        #expect(delays.allSatisfy { $0 >= ReopenBackoff.first && $0 <= ReopenBackoff.limit })
+        #expect(delays.last == ReopenBackoff.limit)
+        #expect(zip(delays, delays.dropFirst()).allSatisfy { $0 <= $1 })
+        #expect(backoff.failures == 12)
+    }
+}

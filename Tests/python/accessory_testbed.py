@@ -16,12 +16,18 @@ reply line each on stdout:
     read COUNT     -> data HEX     bytes the host sent to the device (2 s timeout)
     unplug         -> ok           hang up the node; remove uevents; sysfs goes
     plug           -> ok NODE      the same device back, on the next ttyACMn
+    storm N SECS   -> ok NODE      N cycles of unplug, SECS pause, plug, SECS pause
+                                   (a replug storm: the device stays plugged after it)
+    jam            -> ok           the node stays but cannot be opened (EISDIR)
+    unjam          -> ok           the node opens again
+    pid            -> ok PID       COMMAND's process id
     quit           -> ok           terminate COMMAND and exit
 """
 
 import os
 import signal
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lab", "host"))
 import virtual_usb_serial as devices  # noqa: E402
@@ -56,6 +62,26 @@ def main():
             device.unplug()
         elif verb == "plug":
             reply = "ok " + device.plug()
+        elif verb == "storm":
+            count, _, pause = argument.partition(" ")
+            for _ in range(int(count)):
+                device.unplug()
+                time.sleep(float(pause))
+                node = device.plug()
+                time.sleep(float(pause))
+            reply = "ok " + node
+        elif verb == "jam":
+            # The node points at a directory: it exists, and open(O_RDWR) fails.
+            link = os.path.join(testbed.get_root_dir(), device.node.lstrip("/"))
+            jammed = (link, os.readlink(link))
+            os.unlink(link)
+            os.symlink("/", link)
+        elif verb == "unjam":
+            link, target = jammed
+            os.unlink(link)
+            os.symlink(target, link)
+        elif verb == "pid":
+            reply = f"ok {child}"
         elif verb == "quit":
             break
         else:

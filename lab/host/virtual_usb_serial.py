@@ -133,12 +133,19 @@ class VirtualSerialAccessory:
         return data
 
     def unplug(self):
-        """Hangs up the node, then the remove uevents in the kernel's order (tty,
-        interface, device); sysfs is gone by the time a listener reads them."""
+        """Hangs up the node and removes it, then the remove uevents in the
+        kernel's order (tty, interface, device); sysfs is gone by the time a
+        listener reads them."""
         import os
 
         os.close(self.pty)
         self.pty = None
+        # The kernel deletes the node before it sends the remove uevent, and
+        # umockdev's remove_device leaves it: a stale link to a pty number the
+        # next plug may get again would open that device instead of failing.
+        node = os.path.join(self.testbed.get_root_dir(), self.node.lstrip("/"))
+        if os.path.lexists(node):
+            os.unlink(node)
         removed = (self.tty_syspath, INTERFACE, USB)
         for path in removed:
             self.testbed.uevent(path, "remove")

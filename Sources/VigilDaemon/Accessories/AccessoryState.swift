@@ -14,6 +14,9 @@ struct AccessoryState {
     var registry: AccessoryRegistry
     var sessions = SessionTable()
     var ports: [Int: OpenPort] = [:]
+    /// Waiting `reopen` sessions whose open failed on the accessory's current
+    /// connection, and when they try again (see `DaemonCore.reopen`).
+    var reopenRetries: [Int: ReopenRetry] = [:]
     /// Apps that asked for connect/disconnect events (kept across their relaunches).
     var registeredApps: Set<String> = []
     /// Registered apps without `external-accessory` now in the background: they
@@ -27,6 +30,12 @@ struct AccessoryState {
         registry = AccessoryRegistry(rules: rules)
         self.bufferLimit = bufferLimit
     }
+}
+
+struct ReopenRetry {
+    var connectionID: UInt64
+    var backoff = ReopenBackoff()
+    var timer: TimerID?
 }
 
 /// A session's open serial port and its traffic.

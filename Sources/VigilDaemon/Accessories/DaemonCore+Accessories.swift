@@ -70,9 +70,14 @@ extension DaemonCore {
         guard let accessory = accessoryState.registry.removed(sysPath: sysPath) else { return }
         let id = accessory.info.connectionID
         logger.info("accessory disconnected: \(accessory.info.name), connection \(id)")
-        // Sessions the hang-up already ended (and kept for reopening) are not ended twice.
-        for session in accessoryState.sessions.sessions(of: id) where accessoryState.ports[session.id] != nil {
-            endSession(session.id, reason: "the accessory was unplugged", keepForReopen: session.reopen)
+        // Sessions the hang-up already ended (and kept for reopening) are not ended
+        // twice; those still trying to reopen on this connection wait for the next.
+        for session in accessoryState.sessions.sessions(of: id) {
+            if accessoryState.ports[session.id] != nil {
+                endSession(session.id, reason: "the accessory was unplugged", keepForReopen: session.reopen)
+            } else {
+                cancelReopen(session.id)
+            }
         }
         notifyWatchers("disconnected", accessory.info)
         for app in notifiedApps(about: accessory.info) {

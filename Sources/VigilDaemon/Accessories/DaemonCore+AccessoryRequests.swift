@@ -39,6 +39,7 @@ extension DaemonCore {
                 throw ProtocolError(.invalidArgument, "no session \(request.session) is held by this client", id: message.id)
             }
             closePort(request.session)
+            cancelReopen(request.session)
             accessoryState.sessions.close(request.session)
             send(Done(), id: message.id, to: connection)
         default:

@@ -61,7 +61,10 @@ extension DaemonCore {
     func endSession(_ id: Int, reason: String, keepForReopen: Bool, notify: Bool = true) {
         guard let record = accessoryState.sessions.sessions[id] else { return }
         closePort(id)
-        if !keepForReopen { accessoryState.sessions.close(id) }
+        if !keepForReopen {
+            cancelReopen(id)
+            accessoryState.sessions.close(id)
+        }
         logger.info("session \(id) closed: \(reason)\(keepForReopen ? "; it reopens when the accessory returns" : "")")
         guard notify else { return }
         switch record.holder {
@@ -84,20 +87,57 @@ extension DaemonCore {
         }
         for record in waiting.sorted(by: { $0.id < $1.id }) {
             accessoryState.sessions.rebind(record.id, to: accessory.info.connectionID)
-            do {
-                try openPort(record.id, node: accessory.info.deviceNode, settings: try SerialSettings(parsing: record.lineSettings))
-            } catch {
-                endSession(record.id, reason: "could not reopen \(accessory.info.deviceNode): \(error)", keepForReopen: false)
-                continue
-            }
-            logger.info("session \(record.id) reopened on connection \(accessory.info.connectionID)")
-            if case let .app(app) = record.holder {
-                var attributes = accessory.info.attributes
-                attributes["session"] = .number(Double(record.id))
-                let event = QueuedEvent(kind: AccessoryEventKind.reopened, attributes: attributes, wakeMode: .externalAccessory)
-                _ = try? withEngine { engine, now throws(ProtocolError) in try engine.deliver(event, to: app, now: now) }
-            }
+            reopen(record.id, on: accessory)
         }
+    }
+
+    /// Opens a waiting session's port on the accessory's connection. A failed
+    /// open never ends the session: it keeps waiting, as its holder was told
+    /// (`willReopen: true`). The node may be gone again already (a fast
+    /// unplug-plug-unplug: its remove event follows, and the next plug reopens)
+    /// or busy for a moment; either way it is tried again, with a bounded
+    /// backoff, for as long as this connection lasts.
+    private func reopen(_ id: Int, on accessory: Accessory) {
+        guard let record = accessoryState.sessions.sessions[id] else { return }
+        let connectionID = accessory.info.connectionID
+        if let timer = accessoryState.reopenRetries[id]?.timer { loop.cancelTimer(timer) }
+        do {
+            try openPort(id, node: accessory.info.deviceNode, settings: try SerialSettings(parsing: record.lineSettings))
+        } catch {
+            var retry = accessoryState.reopenRetries[id].flatMap { $0.connectionID == connectionID ? $0 : nil }
+                ?? ReopenRetry(connectionID: connectionID)
+            let delay = retry.backoff.failed()
+            let vanished = (error as? SystemError).map { [ENOENT, ENXIO, ENODEV, EIO].contains($0.errno.rawValue) } ?? false
+            let message = "session \(id): could not reopen \(accessory.info.deviceNode) (attempt \(retry.backoff.failures)): \(error); it waits for the accessory, next try in \(delay)"
+            if vanished { logger.info("\(message)") } else { logger.warning("\(message)") }
+            retry.timer = loop.schedule(after: delay) { [unowned self] in
+                self.assumeIsolated { core in
+                    guard core.accessoryState.reopenRetries[id]?.connectionID == connectionID else { return }
+                    // The session may have been closed (or reopened) meanwhile.
+                    guard let current = core.accessoryState.registry.accessory(connectionID),
+                          core.accessoryState.sessions.sessions[id]?.connectionID == connectionID,
+                          core.accessoryState.ports[id] == nil
+                    else { return core.cancelReopen(id) }
+                    core.reopen(id, on: current)
+                }
+            }
+            accessoryState.reopenRetries[id] = retry
+            return
+        }
+        accessoryState.reopenRetries[id] = nil
+        logger.info("session \(id) reopened on connection \(connectionID)")
+        if case let .app(app) = record.holder {
+            var attributes = accessory.info.attributes
+            attributes["session"] = .number(Double(id))
+            let event = QueuedEvent(kind: AccessoryEventKind.reopened, attributes: attributes, wakeMode: .externalAccessory)
+            _ = try? withEngine { engine, now throws(ProtocolError) in try engine.deliver(event, to: app, now: now) }
+        }
+    }
+
+    /// Stops trying to reopen the session on its current connection (the
+    /// accessory went away, or the session ended).
+    func cancelReopen(_ id: Int) {
+        if let timer = accessoryState.reopenRetries.removeValue(forKey: id)?.timer { loop.cancelTimer(timer) }
     }
 
     // MARK: Reading
