@@ -13,11 +13,17 @@ extension DaemonCore: LifecycleHost {
     }
 
     nonisolated func freeze(_ app: String) {
-        assumeIsolated { $0.applySuspension(app, "freeze") { try $0.freeze($1, pid: $2) } }
+        assumeIsolated { core in
+            core.markStopped(app, true)  // recorded first: a crash right after leaves it stopped
+            core.applySuspension(app, "freeze") { try $0.freeze($1, pid: $2) }
+        }
     }
 
     nonisolated func thaw(_ app: String) {
-        assumeIsolated { $0.applySuspension(app, "thaw") { try $0.thaw($1, pid: $2) } }
+        assumeIsolated { core in
+            core.applySuspension(app, "thaw") { try $0.thaw($1, pid: $2) }
+            core.markStopped(app, false)
+        }
     }
 
     nonisolated func kill(_ app: String) {
@@ -59,17 +65,26 @@ extension DaemonCore {
             workingDirectory: manifest.workingDirectory, cgroup: try suspender.prepareSpawn(for: manifest.id),
             output: log, newSession: true, name: manifest.id)
         let process = try ProcessSpawner.spawn(request)
-        watchExit(of: manifest.id, pid: process.pid, pidfd: process.pidfd, isChild: true)
+        // Recorded at once, for the next daemon should this one die.
+        let startTime = ProcessStat.read(process.pid)?.startTime ?? 0
+        watchExit(of: manifest.id, pid: process.pid, pidfd: process.pidfd, isChild: true, startTime: startTime, stopped: false)
+        saveProcessRecords()
         return process.pid
     }
 
     /// Follows a process's end through its pidfd: no polling, no SIGCHLD.
-    func watchExit(of app: String, pid: Int32, pidfd: Int32, isChild: Bool) {
-        var process = AppProcess(pid: pid, pidfd: pidfd, watch: nil, isChild: isChild)
+    func watchExit(of app: String, pid: Int32, pidfd: Int32, isChild: Bool, startTime: UInt64, stopped: Bool) {
+        var process = AppProcess(pid: pid, pidfd: pidfd, watch: nil, isChild: isChild, startTime: startTime, stopped: stopped)
         process.watch = try? loop.watch(pidfd, for: .readable) { [unowned self] _ in
             self.assumeIsolated { $0.processEnded(app, pid: pid) }
         }
         processes[app] = process
+    }
+
+    func markStopped(_ app: String, _ stopped: Bool) {
+        guard processes[app] != nil, processes[app]!.stopped != stopped else { return }
+        processes[app]!.stopped = stopped
+        saveProcessRecords()
     }
 
     func processEnded(_ app: String, pid: Int32) {
@@ -91,6 +106,7 @@ extension DaemonCore {
         }
         Glibc.close(process.pidfd)
         processes[app] = nil
+        saveProcessRecords()
         // The app's tree ends with its main process: no orphaned helpers.
         try? suspender.kill(app, pid: pid)
         if let connectionID = appConnections[app], let connection = connections[connectionID] {
@@ -99,6 +115,7 @@ extension DaemonCore {
         _ = try? withEngine { engine, now in
             engine.processExited(app, pid: pid, status: status, crashed: crashed, now: now)
         }
+        if processes.isEmpty, stopWaiter != nil { endStopWait() }
     }
 
     func applySuspension(_ app: String, _ what: String, _ action: (any Suspender, String, Int32) throws -> Void) {

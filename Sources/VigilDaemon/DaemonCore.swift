@@ -40,6 +40,11 @@ actor DaemonCore {
     var processes: [String: AppProcess] = [:]
     var engineTimer: (id: TimerID, deadline: UInt64)?
     let stateStore: StateStore
+    /// What the next daemon needs to adopt the app processes (see `ProcessRecord`).
+    let processRecordFile: ProcessRecordFile
+    /// Set while `shutdown` waits for apps to end (`on-stop = "terminate"`).
+    var stopWaiter: CheckedContinuation<Void, Never>?
+    var stopTimer: TimerID?
     /// State changes reported by the engine, handled after its current call.
     var pendingStateChanges: [(app: String, from: AppState, to: AppState)] = []
     var accessoryState = AccessoryState(rules: [], bufferLimit: 0)
@@ -55,6 +60,10 @@ actor DaemonCore {
         var watch: WatchID?
         /// Whether we can reap it (adopted processes are not our children).
         var isChild: Bool
+        /// /proc/PID/stat field 22, recorded to tell a reused pid apart.
+        var startTime: UInt64
+        /// Whether the daemon has it stopped (frozen or SIGSTOPped).
+        var stopped: Bool
     }
 
     init(config: DaemonConfig, socketPath: String, configFile: String?, loop: EventLoop, logger: Logger) {
@@ -66,6 +75,7 @@ actor DaemonCore {
         self.decisions = DecisionHistory(capacity: config.decisionLogSize, logger: logger)
         self.suspender = Self.makeSuspender(config: config, logger: logger)
         self.stateStore = StateStore(directory: config.stateDirectory)
+        self.processRecordFile = ProcessRecordFile(directory: config.stateDirectory)
     }
 
     /// Picks the cgroup freezer where it works, and says why not where it doesn't.
@@ -116,31 +126,43 @@ actor DaemonCore {
             logger.error("cannot read \(stateStore.path), starting with empty event queues: \(error)")
         }
         engine.restore(saved.apps)
-        adoptSurvivors()
-        startAccessories()
-        startBluetooth(restoring: saved.bluetooth)
+        // Listening before any app is woken or launched (nothing is accepted
+        // before `start` returns: this runs on the loop's thread).
         let listener = try UnixListener.bind(path: socketPath, permissions: 0o666)
         self.listener = listener
         listenerWatch = try loop.watch(listener.fd, for: .readable) { [unowned self] _ in
             self.assumeIsolated { $0.acceptClients() }
         }
+        adoptSurvivors()
+        engine.relaunchForRestoredEvents(now: now)
+        startAccessories()
+        startBluetooth(restoring: saved.bluetooth)
         logger.notice("listening", metadata: [
             "socket": "\(socketPath)", "suspension": "\(suspender.mechanism.rawValue)", "detail": "\(suspender.detail)",
         ])
         rearmEngineTimer()
     }
 
-    /// Graceful stop: no app is left frozen; apps keep running and are adopted
-    /// again by the next daemon.
-    func shutdown() {
-        for (id, app) in engine?.apps ?? [:] where app.state == .suspended {
-            thaw(id)
-            logger.info("thawed \(id) for the daemon's stop", metadata: ["app": "\(id)"])
-        }
-        stopAccessories()
+    /// Graceful stop: no app is left frozen or stopped. With `on-stop =
+    /// "leave"` apps keep running and are adopted again by the next daemon;
+    /// with `"terminate"` they are told `willTerminate`, given the exit grace,
+    /// and killed with everything they started.
+    func shutdown(onStop: StopPolicy) async {
         if let listenerWatch { loop.removeWatch(listenerWatch) }
         listener?.close()
         listener = nil
+        if let engine {
+            switch onStop {
+            case .leave:
+                for (id, app) in engine.apps where app.state == .suspended {
+                    thaw(id)
+                    logger.info("thawed \(id) for the daemon's stop, left for the next daemon to adopt", metadata: ["app": "\(id)"])
+                }
+            case .terminate:
+                await terminateApps()
+            }
+        }
+        stopAccessories()
         for connection in connections.values { close(connection) }
         for process in processes.values {
             if let watch = process.watch { loop.removeWatch(watch) }
@@ -164,12 +186,66 @@ actor DaemonCore {
         logger.info("manifests loaded", metadata: ["apps": "\(engine.apps.keys.sorted())"])
     }
 
+    /// Adopts the apps an earlier daemon left running (or frozen, or stopped),
+    /// found through its process records and, with the freezer, the cgroup tree.
     private func adoptSurvivors() {
-        let now = MonotonicInstant.now().nanoseconds
-        for survivor in suspender.survivors(known: Set(engine.apps.keys)) {
+        var recorded: [ProcessRecord] = []
+        do {
+            recorded = try processRecordFile.load()
+        } catch {
+            logger.error("cannot read \(processRecordFile.path), adopting only what the cgroup tree shows: \(error)")
+        }
+        var notes: [String] = []
+        for survivor in suspender.survivors(recorded: recorded, known: Set(engine.apps.keys), notes: &notes) {
+            // The pidfd pins the process; checked again after it is open, in case the pid was reused meanwhile.
             guard let pidfd = try? ProcessControl.pidfdOpen(survivor.pid) else { continue }
-            watchExit(of: survivor.app, pid: survivor.pid, pidfd: pidfd, isChild: false)
-            engine.adopt(survivor.app, pid: survivor.pid, frozen: survivor.frozen, now: now)
+            guard ProcessStat.read(survivor.pid)?.startTime == survivor.startTime else {
+                Glibc.close(pidfd)
+                continue
+            }
+            watchExit(of: survivor.app, pid: survivor.pid, pidfd: pidfd, isChild: false, startTime: survivor.startTime, stopped: survivor.frozen)
+            engine.adopt(survivor.app, pid: survivor.pid, frozen: survivor.frozen, now: now, how: survivor.how)
+        }
+        for note in notes { logger.notice("adoption: \(note)") }
+        saveProcessRecords()
+    }
+
+    /// `on-stop = "terminate"`: every app is told `willTerminate` (the engine
+    /// kills it after the exit grace); waits until all have ended.
+    private func terminateApps() async {
+        withEngine { engine, now in engine.terminateForDaemonStop(now: now) }
+        let ending = Array(processes.keys)
+        if !processes.isEmpty {
+            await withCheckedContinuation { continuation in
+                stopWaiter = continuation
+                // The engine kills at the exit grace; this only bounds a process that will not die.
+                stopTimer = loop.schedule(after: .seconds(config.timings.exitGrace + 5)) { [unowned self] in
+                    self.assumeIsolated { $0.endStopWait() }
+                }
+            }
+        }
+        for (app, process) in processes {
+            logger.error("\(app) (pid \(process.pid)) did not end within the exit grace and its kill", metadata: ["app": "\(app)"])
+        }
+        for app in ending { suspender.ended(app) }
+    }
+
+    func endStopWait() {
+        if let stopTimer { loop.cancelTimer(stopTimer) }
+        stopTimer = nil
+        stopWaiter?.resume()
+        stopWaiter = nil
+    }
+
+    /// Rewrites `processes.json` from `processes`.
+    func saveProcessRecords() {
+        let records = processes.map { app, process in
+            ProcessRecord(app: app, pid: process.pid, startTime: process.startTime, session: process.pid, stopped: process.stopped)
+        }
+        do {
+            try processRecordFile.save(records)
+        } catch {
+            logger.error("cannot write \(processRecordFile.path): \(error)")
         }
     }
 

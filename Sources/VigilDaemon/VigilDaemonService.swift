@@ -5,16 +5,22 @@ import VigilSystem
 
 /// vigild as a swift-service-lifecycle `Service`: starts the event loop and the
 /// core, runs until graceful shutdown (SIGTERM/SIGINT), then stops cleanly:
-/// no app is left frozen, and the socket is removed.
+/// no app is left frozen or stopped (they are left for adoption or ended, as
+/// `onStop` says), and the socket is removed.
 public struct VigilDaemonService: Service {
     public let config: DaemonConfig
     public let socketPath: String
     public let configFile: String?
     public let demo: Bool
+    /// What the stop does with the apps: the config's `on-stop`, or the command line's.
+    public let onStop: StopPolicy
     public let logger: Logger
 
-    public init(config: DaemonConfig, socketPath: String, configFile: String?, demo: Bool, logger: Logger) {
+    public init(
+        config: DaemonConfig, socketPath: String, configFile: String?, demo: Bool, onStop: StopPolicy? = nil, logger: Logger
+    ) {
         self.config = config
+        self.onStop = onStop ?? config.onStop
         self.socketPath = socketPath
         self.configFile = configFile
         self.demo = demo
@@ -32,6 +38,6 @@ public struct VigilDaemonService: Service {
         let demoTask = demo ? Task { await DemoDriver.run(core: core) } : nil
         try? await gracefulShutdown()
         demoTask?.cancel()
-        await core.shutdown()
+        await core.shutdown(onStop: onStop)
     }
 }

@@ -20,8 +20,11 @@ struct Vigild: AsyncParsableCommand {
     @Option(help: "Configuration file. Default: /etc/vigil/vigild.toml (system) or $XDG_CONFIG_HOME/vigil/vigild.toml.")
     var config: String?
 
-    @Flag(help: "Built-in demo: run the sample app and wake it every 15 s, for machines with no hardware attached.")
+    @Flag(help: "Built-in demo: run the sample app and wake it every 15 s, for machines with no hardware attached. Implies --on-stop terminate.")
     var demo = false
+
+    @Option(help: "What stopping vigild (SIGTERM, SIGINT) does with its apps: leave (thawed and left running for the next vigild to adopt) or terminate (willTerminate, the exit grace, then killed). Default: the config's on-stop, else leave.")
+    var onStop: StopPolicy?
 
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: Logger.Level = .info
@@ -49,7 +52,9 @@ struct Vigild: AsyncParsableCommand {
             throw ValidationError("no socket path: pass --socket, set VIGIL_SOCKET or XDG_RUNTIME_DIR, or use --system")
         }
         let service = VigilDaemonService(
-            config: daemonConfig, socketPath: socketPath, configFile: configFile, demo: demo, logger: logger)
+            config: daemonConfig, socketPath: socketPath, configFile: configFile, demo: demo,
+            // The demo's apps are its own: a stopped demo leaves nothing running.
+            onStop: onStop ?? (demo ? .terminate : nil), logger: logger)
         let group = ServiceGroup(
             configuration: .init(services: [.init(service: service)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await group.run()
@@ -63,3 +68,4 @@ struct Vigild: AsyncParsableCommand {
 }
 
 extension Logger.Level: @retroactive ExpressibleByArgument {}
+extension StopPolicy: ExpressibleByArgument {}

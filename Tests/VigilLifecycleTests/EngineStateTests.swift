@@ -193,3 +193,131 @@ struct EngineStateTests {
         #expect(h.engine.apps[Harness.accessory] == nil)
     }
 }
+
+/// A daemon restart: apps adopted or relaunched for what the old daemon queued,
+/// and the daemon's own stop with `on-stop = "terminate"`.
+@Suite("Engine: daemon restart and stop")
+struct EngineRestartTests {
+    let id = Harness.plain
+
+    /// What a daemon that sent events 1 and 2 to the active app (unacknowledged) saved.
+    func savedWithTwoSentEvents(forceQuit: Bool = false) throws -> [String: SavedApp] {
+        let old = Harness()
+        try old.active(id)
+        try old.deliver()
+        try old.deliver()
+        #expect(old.host.eventSeqs(to: id) == [1, 2])
+        if forceQuit { try old.engine.forceQuit(id, now: old.now) }
+        return old.engine.savedState()
+    }
+
+    @Test func adoptedFrozenAppIsWokenForRestoredEvents() throws {
+        let saved = try savedWithTwoSentEvents()
+        let h = Harness()
+        h.engine.restore(saved)
+        h.engine.adopt(id, pid: 4242, frozen: true, now: h.now)
+        #expect(h.host.decisions(.adopt, for: id).count == 1)
+        let wake = try #require(h.host.decisions(.wake, for: id).first)
+        #expect(wake.reason.contains("2 restored event(s)"))
+        #expect(h.host.thaws(id) == 1)
+        #expect(h.state(id) == .background)
+        #expect(h.app(id).launch?.reason == .adopted)
+        #expect(h.engine.nextDeadline == h.now + 10 * second)  // the wake budget
+        // Sent once the process connects again, each once, as redelivered.
+        #expect(h.host.events(to: id).isEmpty)
+        _ = try #require(h.engine.connected(id, now: h.now))
+        #expect(h.host.events(to: id).map(\.seq) == [1, 2])
+        #expect(h.host.events(to: id).map(\.redelivered) == [true, true])
+        h.engine.acknowledge(id, upTo: 2, now: h.now)
+        h.advance(10)
+        #expect(h.state(id) == .suspended)
+    }
+
+    @Test func adoptedRunningAppWithRestoredEventsGetsTheWakeBudget() throws {
+        let saved = try savedWithTwoSentEvents()
+        let h = Harness()
+        h.engine.restore(saved)
+        h.engine.adopt(id, pid: 4242, frozen: false, now: h.now)
+        #expect(h.state(id) == .background)
+        #expect(h.host.decisions(.wake, for: id).isEmpty)
+        #expect(h.engine.nextDeadline == h.now + 10 * second)
+    }
+
+    @Test func adoptedForceQuitAppStaysSuspended() throws {
+        let saved = try savedWithTwoSentEvents(forceQuit: true)
+        let h = Harness()
+        h.engine.restore(saved)
+        h.engine.adopt(id, pid: 4242, frozen: true, now: h.now)
+        #expect(h.state(id) == .suspended)
+        #expect(h.host.thaws(id) == 0)
+        #expect(h.host.decisions(.wake, for: id).isEmpty)
+    }
+
+    @Test func adoptedAppIsNotWokenForEventsOfAModeItLacks() throws {
+        let acc = Harness.accessory
+        let old = Harness()
+        try old.suspended(acc)
+        try old.deliver("ble.notification", to: acc, mode: .bluetoothCentral)
+        let h = Harness()
+        h.engine.restore(old.engine.savedState())
+        h.engine.adopt(acc, pid: 4242, frozen: true, now: h.now)
+        #expect(h.state(acc) == .suspended)
+        #expect(h.host.thaws(acc) == 0)
+        h.engine.relaunchForRestoredEvents(now: h.now)
+        #expect(h.host.starts.isEmpty)
+    }
+
+    @Test func notRunningAppWithRestoredEventsIsRelaunched() throws {
+        let saved = try savedWithTwoSentEvents()
+        let h = Harness()
+        h.engine.restore(saved)
+        h.engine.relaunchForRestoredEvents(now: h.now)
+        let start = try #require(h.host.starts.first)
+        #expect(start.app == id)
+        #expect(start.launch == LaunchOptions(reason: .redelivery, eventKind: "test"))
+        #expect(h.state(id) == .background)
+        #expect(h.host.decisions(.relaunch, for: id).first?.reason.contains("daemon restart") == true)
+        _ = h.engine.connected(id, now: h.now)
+        #expect(h.host.events(to: id).map(\.seq) == [1, 2])
+        #expect(h.host.events(to: id).map(\.redelivered) == [true, true])
+        // Once: running now, a second call does nothing.
+        h.engine.relaunchForRestoredEvents(now: h.now)
+        #expect(h.host.starts.count == 1)
+    }
+
+    @Test func forceQuitAppIsNotRelaunchedForRestoredEvents() throws {
+        let h = Harness()
+        h.engine.restore(try savedWithTwoSentEvents(forceQuit: true))
+        h.engine.relaunchForRestoredEvents(now: h.now)
+        #expect(h.host.starts.isEmpty)
+        #expect(h.app(id).queue.events.count == 2)
+    }
+
+    @Test func daemonStopTerminatesAppsWithNoticeAndLaunchesNothing() throws {
+        let h = Harness()  // exit grace 5 s
+        try h.suspended(id)  // connected, frozen
+        try h.engine.launch(Harness.accessory, now: h.now)  // started, not connected yet
+        let accPid = try #require(h.pid(Harness.accessory))
+        h.host.clear()
+        h.engine.terminateForDaemonStop(now: h.now)
+
+        // The connected app: thawed, told willTerminate, killed after the exit grace.
+        #expect(h.host.thaws(id) == 1)
+        #expect(h.host.notifications(to: id) == [.willTerminate])
+        #expect(h.host.kills(id) == 0)
+        #expect(h.engine.nextDeadline == h.now + 5 * second)
+        // The one that cannot hear it: ended at once.
+        #expect(h.host.kills(Harness.accessory) == 1)
+        #expect(h.state(Harness.accessory) == .notRunning)
+        h.engine.processExited(Harness.accessory, pid: accPid, status: "signal 9", crashed: true, now: h.now)
+
+        // Nothing is started any more, by events or by the user.
+        #expect(try h.deliver().disposition != .launched)
+        #expect(errorCode { try h.engine.launch(Harness.accessory, now: h.now) } == .launchFailed)
+        h.advance(5)
+        #expect(h.host.kills(id) == 1)
+        #expect(h.state(id) == .notRunning)
+        #expect(h.host.decisions(.terminate, for: id).map(\.reason).contains { $0.contains("did not exit") })
+        #expect(h.host.starts.isEmpty)
+    }
+}

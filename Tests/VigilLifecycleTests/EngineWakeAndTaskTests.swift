@@ -272,4 +272,52 @@ struct EngineWakeAndTaskTests {
         #expect(h.engine.backgroundTimeRemaining(id, now: h.now) == 180)
         #expect(h.host.deadlines(to: id).last == t2 + 180 * second)
     }
+
+    /// An app slower than its window is suspended holding events it was sent
+    /// and has not acknowledged. It is not woken again for those (as iOS would
+    /// not): they are in its hands, frozen with it, and it goes on with them the
+    /// next time it runs. Only new work wakes it, once per arrival, so an app
+    /// that hangs is never woken in a loop.
+    @Test func slowAppIsNotWokenAgainForEventsItWasSent() throws {
+        let h = Harness()
+        let t1 = try woken(h)  // connected all along
+        for _ in 2...300 { try h.deliver() }
+        #expect(h.host.eventSeqs(to: id).count == 300)
+        h.engine.acknowledge(id, upTo: 10, now: h.now)
+        h.advance(to: t1 + 10 * second)  // the window is over
+        #expect(h.state(id) == .suspended)
+        #expect(h.app(id).queue.unacknowledgedCount == 290)
+        #expect(h.host.decisions(.suspend, for: id).last?.reason.contains("processing window over") == true)
+
+        // However long it waits: no deadline, no wake, nothing sent.
+        h.host.clear()
+        #expect(h.engine.nextDeadline == nil)
+        h.advance(3600)
+        #expect(h.state(id) == .suspended)
+        #expect(h.host.calls.isEmpty)
+
+        // New work wakes it once; only the new event goes out (the others are
+        // still with the process), and one cumulative ack covers everything.
+        #expect(try h.deliver().disposition == .woke)
+        #expect(h.host.eventSeqs(to: id) == [301])
+        #expect(h.app(id).wakes == 2)
+        h.engine.acknowledge(id, upTo: 301, now: h.now)
+        #expect(h.app(id).queue.events.isEmpty)
+    }
+
+    /// A hung app (it never acknowledges) is woken per new event, never by itself.
+    @Test func hungAppIsWokenOnlyByNewWork() throws {
+        let h = Harness()
+        let t1 = try woken(h)  // connected all along
+        h.advance(to: t1 + 10 * second)
+        #expect(h.state(id) == .suspended)
+        for _ in 0..<10 { h.advance(60) }
+        #expect(h.host.thaws(id) == 1)  // the first wake only
+        #expect(try h.deliver().disposition == .woke)
+        h.advance(10)
+        #expect(h.state(id) == .suspended)
+        h.advance(600)
+        #expect(h.host.thaws(id) == 2)
+        #expect(h.app(id).queue.unacknowledgedCount == 2)
+    }
 }

@@ -39,15 +39,40 @@ final class CgroupSuspender: Suspender {
         return String(name)
     }
 
-    func survivors(known: Set<String>) -> [Survivor] {
+    func survivors(recorded: [ProcessRecord], known: Set<String>, notes: inout [String]) -> [Survivor] {
         guard let names = try? root.children() else { return [] }
+        let records = Dictionary(recorded.map { ($0.app, $0) }) { first, _ in first }
         return names.sorted().compactMap { name in
             let group = root.child(name)
-            guard known.contains(name), let pids = try? group.processes(), let first = pids.min() else {
-                try? group.remove()  // empty or unknown: nothing to adopt
+            guard let pids = try? group.processes(), !pids.isEmpty else {
+                try? group.remove()  // empty: nothing to adopt
                 return nil
             }
-            return Survivor(app: name, pid: first, frozen: (try? group.isFrozen()) ?? false)
+            guard known.contains(name) else {
+                try? group.thaw()
+                notes.append("cgroup \(group.path) holds processes \(pids) of an app without a manifest: thawed and left alone")
+                return nil
+            }
+            let frozen = (try? group.isFrozen()) ?? false
+            guard let record = records[name] else {
+                // No record (an earlier daemon version): the group is the app.
+                guard let first = pids.min(), let stat = ProcessStat.read(first) else { return nil }
+                return Survivor(app: name, pid: first, startTime: stat.startTime, frozen: frozen, how: "in its cgroup")
+            }
+            guard pids.contains(record.pid), record.stillRunning() != nil else {
+                // Its main process ended while no daemon watched: the app is not running.
+                try? group.kill()
+                notes.append("\(name): recorded process \(record.pid) is gone; ended what was left in its cgroup (\(pids))")
+                return nil
+            }
+            return Survivor(app: name, pid: record.pid, startTime: record.startTime, frozen: frozen, how: "in its cgroup")
         }
+    }
+
+    func ended(_ app: String) {
+        let group = cgroup(of: app)
+        guard group.exists else { return }
+        _ = try? group.waitUntil(populated: false, timeout: .seconds(2))
+        try? group.remove()
     }
 }

@@ -38,5 +38,23 @@ final class SignalSuspender: Suspender {
         return running.first { $0.value == session }?.key
     }
 
-    func survivors(known: Set<String>) -> [Survivor] { [] }
+    /// Only the records can tell: a session has no directory to scan.
+    func survivors(recorded: [ProcessRecord], known: Set<String>, notes: inout [String]) -> [Survivor] {
+        recorded.sorted { $0.app < $1.app }.compactMap { record in
+            guard let stat = record.stillRunning() else {
+                notes.append("\(record.app): recorded process \(record.pid) is gone (or its pid was reused): not running")
+                return nil
+            }
+            guard known.contains(record.app) else {
+                if stat.isStopped { try? signal(SIGCONT, record.pid) }
+                notes.append("\(record.app): process \(record.pid) has no manifest any more: continued and left alone")
+                return nil
+            }
+            return Survivor(
+                app: record.app, pid: record.pid, startTime: record.startTime, frozen: stat.isStopped,
+                how: "by its recorded pid \(record.pid) and start time")
+        }
+    }
+
+    func ended(_ app: String) {}
 }

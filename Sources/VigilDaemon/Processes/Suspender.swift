@@ -20,12 +20,23 @@ protocol Suspender: AnyObject {
     func kill(_ app: String, pid: Int32) throws
     /// The app a peer process belongs to, given the main pid of every running app.
     func app(owning pid: Int32, running: [String: Int32]) -> String?
-    /// Apps still alive from an earlier daemon, for adoption.
-    func survivors(known: Set<String>) -> [Survivor]
+    /// Apps still alive from an earlier daemon, for adoption: each recorded
+    /// process that still runs (`ProcessRecord.stillRunning`), and with the
+    /// freezer any populated app cgroup left without a record. What cannot be
+    /// adopted (an app without a manifest) is thawed and left alone; what is
+    /// left of an app whose main process is gone is ended. `notes` says what
+    /// was done, for the log.
+    func survivors(recorded: [ProcessRecord], known: Set<String>, notes: inout [String]) -> [Survivor]
+    /// After the app was ended for good (the daemon's stop): waits briefly for
+    /// its last processes to go and removes what the daemon made for it.
+    func ended(_ app: String)
 }
 
 struct Survivor {
     var app: String
     var pid: Int32
+    var startTime: UInt64
     var frozen: Bool
+    /// Where it was found, for the `adopt` decision.
+    var how: String
 }

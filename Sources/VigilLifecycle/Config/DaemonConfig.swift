@@ -9,6 +9,15 @@ public enum SuspensionPreference: String, Sendable {
     case signal
 }
 
+/// What a daemon that stops for good (SIGTERM, SIGINT) does with its apps.
+public enum StopPolicy: String, Sendable, CaseIterable {
+    /// Thawed (or continued) and left running, for the next daemon to adopt.
+    case leave
+    /// Told `willTerminate`, given the exit grace, then killed (the whole
+    /// cgroup or process group).
+    case terminate
+}
+
 /// The daemon's configuration (`vigild.toml`). Every field has a default, so an
 /// empty or missing file is valid.
 ///
@@ -19,6 +28,7 @@ public enum SuspensionPreference: String, Sendable {
 /// log-dir = "/var/log/vigil"
 /// cgroup-root = "/sys/fs/cgroup/unified/vigil"   # default: a "vigil" child of the daemon's own cgroup
 /// suspension = "auto"                           # auto | cgroup | signal
+/// on-stop = "leave"                             # leave | terminate: apps when the daemon stops
 /// event-queue-limit = 1000
 /// decision-log-size = 2000
 /// session-buffer-limit = 1048576                # bytes per accessory session, see AccessoryRule
@@ -41,6 +51,7 @@ public struct DaemonConfig: Sendable, Equatable {
     public var logDirectory: String
     public var cgroupRoot: String?
     public var suspension: SuspensionPreference = .automatic
+    public var onStop: StopPolicy = .leave
     public var eventQueueLimit: Int = 1000
     public var decisionLogSize: Int = 2000
     public var timings = Timings()
@@ -72,7 +83,7 @@ public struct DaemonConfig: Sendable, Equatable {
     }
 
     static let knownFields: Set<String> = [
-        "socket", "manifest-dirs", "state-dir", "log-dir", "cgroup-root", "suspension", "event-queue-limit",
+        "socket", "manifest-dirs", "state-dir", "log-dir", "cgroup-root", "suspension", "on-stop", "event-queue-limit",
         "decision-log-size", "timings", "accessory", "session-buffer-limit", "bluetooth",
         "bluetooth-request-timeout",
     ]
@@ -100,6 +111,12 @@ public struct DaemonConfig: Sendable, Equatable {
                 throw fields.problem("suspension", "must be one of auto, cgroup, signal")
             }
             config.suspension = preference
+        }
+        if let name = try fields.string("on-stop") {
+            guard let policy = StopPolicy(rawValue: name) else {
+                throw fields.problem("on-stop", "must be one of leave, terminate")
+            }
+            config.onStop = policy
         }
         config.eventQueueLimit = try fields.positiveInt("event-queue-limit") ?? defaults.eventQueueLimit
         config.decisionLogSize = try fields.positiveInt("decision-log-size") ?? defaults.decisionLogSize

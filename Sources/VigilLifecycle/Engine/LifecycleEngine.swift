@@ -13,6 +13,8 @@ public final class LifecycleEngine {
     public var timings: Timings
     public let queueLimit: Int
     unowned let host: any LifecycleHost
+    /// Set when the daemon stops for good: nothing is launched any more.
+    public private(set) var isStopping = false
 
     public init(timings: Timings, queueLimit: Int, host: any LifecycleHost) {
         self.timings = timings
@@ -190,16 +192,73 @@ public final class LifecycleEngine {
         relaunchForPendingEvents(id, now: now, reason: .redelivery)
     }
 
-    /// Re-adopts an app found alive in its cgroup after a daemon restart.
-    public func adopt(_ id: String, pid: Int32, frozen: Bool, now: UInt64) {
+    /// Re-adopts an app found alive after a daemon restart (in its cgroup, or
+    /// by its recorded pid and start time). Its old connection is gone, so
+    /// restored events reach it only once it runs and connects again: a frozen
+    /// app with restored events it may be woken for is woken for them, as for
+    /// any delivery (its background modes and force-quit respected); a running
+    /// one gets the wake budget for them instead of the grace period.
+    public func adopt(_ id: String, pid: Int32, frozen: Bool, now: UInt64, how: String = "in its cgroup") {
         guard apps[id] != nil else { return }
         update(id) {
             $0.pid = pid
             $0.launch = LaunchOptions(reason: .adopted)
             $0.state = frozen ? .suspended : .background
+            $0.connected = false
+            $0.queue.rewind()
         }
-        if !frozen { beginBackgroundStretch(id, now: now, window: timings.suspendGrace) }
-        decide(id, .adopt, "found alive in its cgroup after a daemon restart (\(frozen ? "frozen" : "running"))")
+        let work = restoredWork(of: apps[id]!)
+        if !frozen { beginBackgroundStretch(id, now: now, window: work == nil ? timings.suspendGrace : timings.wakeBudget) }
+        decide(id, .adopt, "found alive \(how) after a daemon restart (\(frozen ? "frozen" : "running"))")
+        if frozen, let work { wake(id, reason: "\(work) after the daemon restart", now: now) }
+    }
+
+    /// After a daemon restart, once survivors are adopted: an app that is not
+    /// running but has restored events it may be woken for is launched into
+    /// the background for them (reason `redelivery`), as after a crash.
+    public func relaunchForRestoredEvents(now: UInt64) {
+        for id in apps.keys.sorted() {
+            guard let app = apps[id], app.state == .notRunning, let work = restoredWork(of: app),
+                  let first = app.queue.peekNextUnsent() else { continue }
+            try? start(
+                id, launch: LaunchOptions(reason: .redelivery, eventKind: first.kind), state: .background, now: now,
+                action: .relaunch, reason: "launched into the background after a daemon restart for \(work)")
+        }
+    }
+
+    /// Restored events the app may be woken or launched for (the first one's
+    /// mode; not force-quit, not exits-on-suspend), described for the log.
+    func restoredWork(of app: AppRecord) -> String? {
+        guard !app.forceQuit, !app.manifest.exitsOnSuspend, let head = app.queue.peekNextUnsent(),
+              app.manifest.mayBeWoken(for: head.wakeMode) else { return nil }
+        return "\(app.queue.queuedCount) restored event(s) (seq \(head.seq) '\(head.kind)' first)"
+    }
+
+    /// The daemon stops for good and ends its apps (`on-stop = "terminate"`).
+    /// A connected app is thawed, told `willTerminate` and given the exit grace,
+    /// as an exits-on-suspend app is, then killed by `advance`; one that cannot
+    /// hear it (not connected) is ended at once. No app is launched from now on.
+    /// Unacknowledged events stay queued for the next daemon.
+    public func terminateForDaemonStop(now: UInt64) {
+        isStopping = true
+        for id in apps.keys.sorted() {
+            guard let app = apps[id], app.state != .notRunning, app.terminateAt == nil else { continue }
+            let why = "the daemon is stopping (on-stop = terminate)"
+            guard app.connected else {
+                stop(id, cause: .system, now: now, action: .terminate, reason: why + ": not connected, ended at once")
+                continue
+            }
+            if app.state == .suspended { host.thaw(id) }
+            endBackgroundStretch(id, now: now)
+            update(id) {
+                if $0.state == .suspended { $0.state = .background }
+                $0.tasks = []
+                $0.terminateAt = now + nanoseconds(timings.exitGrace)
+                $0.pendingExit = .notice
+            }
+            notify(id, .willTerminate)
+            decide(id, .terminate, why + ": told willTerminate, \(seconds(timings.exitGrace)) to exit")
+        }
     }
 
     // MARK: Shared steps
@@ -223,6 +282,10 @@ public final class LifecycleEngine {
         _ id: String, launch: LaunchOptions, state: AppState, now: UInt64, action: Decision.Action, reason: String
     ) throws(ProtocolError) {
         let manifest = try record(id).manifest
+        guard !isStopping else {
+            decide(id, .refuse, "not started: the daemon is stopping")
+            throw ProtocolError(.launchFailed, "cannot start \(id): the daemon is stopping")
+        }
         let pid: Int32
         do {
             pid = try host.startProcess(of: manifest, launch: launch)
