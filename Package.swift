@@ -153,6 +153,16 @@ let package = Package(
         // central role shared by every app (scans, links, subscriptions).
         .target(name: "VigilBluetooth", dependencies: ["VigilDBus", "VigilProtocol", "VigilSystem"], swiftSettings: strict),
 
+        // Fuzz targets (scripts/fuzz; docs/reliability.md, "Fuzzing"): libFuzzer when
+        // built with -sanitize=fuzzer -DFUZZING, a replay of saved inputs otherwise.
+        .target(name: "CLibFuzzer", path: "Sources/Fuzz/CLibFuzzer"),
+        .target(name: "FuzzSupport", dependencies: ["CLibFuzzer"], path: "Sources/Fuzz/FuzzSupport", swiftSettings: strict),
+        .executableTarget(
+            name: "FuzzFrames", dependencies: ["FuzzSupport", "VigilProtocol"], path: "Sources/Fuzz/FuzzFrames", swiftSettings: strict),
+        .executableTarget(
+            name: "FuzzGATT", dependencies: ["FuzzSupport", "VigilBluetooth", "VigilProtocol"], path: "Sources/Fuzz/FuzzGATT",
+            swiftSettings: strict),
+
         .testTarget(name: "VigilSystemTests", dependencies: ["VigilSystem"], swiftSettings: strict),
         .testTarget(name: "VigilProtocolTests", dependencies: ["VigilProtocol"], swiftSettings: strict),
         .testTarget(name: "VigilLifecycleTests", dependencies: ["VigilLifecycle"], swiftSettings: strict),
@@ -168,6 +178,9 @@ let package = Package(
         .testTarget(name: "VigilDBusTests", dependencies: ["VigilDBus", "VigilSystem"], swiftSettings: strict),
         .testTarget(name: "HeartRateBridgeTests", dependencies: ["HeartRateBridge"], swiftSettings: strict),
         .testTarget(name: "SensorLoggerTests", dependencies: ["SensorLogger"], swiftSettings: strict),
+        .testTarget(
+            name: "VigilFuzzTests", dependencies: ["FuzzSupport", "FuzzFrames", "FuzzGATT"], path: "Tests/Fuzz",
+            exclude: ["Corpus", "Dictionaries", "make-seeds.py"], swiftSettings: strict),
         .testTarget(
             name: "VigilIntegrationTests",
             dependencies: ["VigilKit", "VigilProtocol", "VigilSystem"],

@@ -3,7 +3,7 @@ import VigilProtocol
 /// Checks an app's service definition before BlueZ sees it, and returns it
 /// with canonical UUIDs. BlueZ would refuse some mistakes only vaguely (or
 /// accept them and misbehave with a central): say exactly what is wrong.
-enum GATTDefinitionCheck {
+public enum GATTDefinitionCheck {
     static let properties: Set<String> = [
         "broadcast", "read", "write-without-response", "write", "notify", "indicate", "authenticated-signed-writes",
         "extended-properties", "reliable-write", "writable-auxiliaries", "encrypt-read", "encrypt-write",
@@ -13,7 +13,7 @@ enum GATTDefinitionCheck {
     ]
     static let changing: Set<String> = ["write", "write-without-response", "notify", "indicate", "reliable-write"]
 
-    static func canonical(_ service: GATTServiceDefinition) throws(ProtocolError) -> GATTServiceDefinition {
+    public static func canonical(_ service: GATTServiceDefinition) throws(ProtocolError) -> GATTServiceDefinition {
         guard let uuid = BluetoothUUID.normalize(service.uuid) else {
             throw ProtocolError(.invalidArgument, "service UUID '\(service.uuid)' is not a Bluetooth UUID")
         }

@@ -12,7 +12,8 @@ public enum BluetoothUUID {
     public static func normalize(_ text: String) -> String? {
         var hex = text.lowercased()
         if hex.hasPrefix("0x") { hex.removeFirst(2) }
-        guard !hex.isEmpty, hex.allSatisfy({ $0.isHexDigit || $0 == "-" }) else { return nil }
+        // ASCII only: Character.isHexDigit also accepts fullwidth digits ("１８０ｄ"), which BlueZ refuses.
+        guard !hex.isEmpty, hex.allSatisfy({ ($0.isASCII && $0.isHexDigit) || $0 == "-" }) else { return nil }
         let digits = hex.filter { $0 != "-" }
         switch digits.count {
         case 4 where !hex.contains("-"): return "0000" + digits + baseSuffix

@@ -1,0 +1,2 @@
+// Declarations only (include/CLibFuzzer.h); SwiftPM needs a source file per C target.
+#include "CLibFuzzer.h"
