@@ -25,6 +25,7 @@ let package = Package(
         .executable(name: "vigil-accessory-bench", targets: ["AccessoryBench"]),
         .executable(name: "vigil-sensor-logger", targets: ["SensorLogger"]),
         .executable(name: "vigil-hrm-bridge", targets: ["HeartRateBridge"]),
+        .executable(name: "vigil-toml-check", targets: ["VigilTOMLCheck"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -51,6 +52,12 @@ let package = Package(
         // The vocabulary (app states, modes, messages) and wire format shared by
         // the daemon and every client.
         .target(name: "VigilProtocol", swiftSettings: strict),
+
+        // A strict TOML 1.0 parser that cannot trap on any input (manifests and
+        // the daemon config are untrusted), and a tool that prints what it parsed.
+        .target(name: "VigilTOML", swiftSettings: strict),
+        .executableTarget(
+            name: "VigilTOMLCheck", dependencies: ["VigilTOML"], path: "Sources/Tools/VigilTOMLCheck", swiftSettings: strict),
 
         // The domain: manifests, daemon config and the lifecycle engine (pure logic).
         .target(
@@ -165,6 +172,7 @@ let package = Package(
 
         .testTarget(name: "VigilSystemTests", dependencies: ["VigilSystem"], swiftSettings: strict),
         .testTarget(name: "VigilProtocolTests", dependencies: ["VigilProtocol"], swiftSettings: strict),
+        .testTarget(name: "VigilTOMLTests", dependencies: ["VigilTOML"], swiftSettings: strict),
         .testTarget(name: "VigilLifecycleTests", dependencies: ["VigilLifecycle"], swiftSettings: strict),
         .testTarget(name: "VigilAccessoriesTests", dependencies: ["VigilAccessories"], swiftSettings: strict),
         .testTarget(name: "VigilSerialTests", dependencies: ["VigilSerial"], swiftSettings: strict),
