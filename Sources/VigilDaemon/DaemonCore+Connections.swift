@@ -135,6 +135,7 @@ extension DaemonCore {
         case let .lifecycle(lifecycle):
             send(lifecycle, to: connection)
         case let .event(event, redelivered):
+            commitJournal(compactIfDue: false)  // journaled before the app can see it
             send(
                 EventMessage(seq: event.seq, kind: event.kind, attributes: event.attributes, redelivered: redelivered),
                 body: event.payload, to: connection)

@@ -74,7 +74,7 @@ actor DaemonCore {
         self.logger = logger
         self.decisions = DecisionHistory(capacity: config.decisionLogSize, logger: logger)
         self.suspender = Self.makeSuspender(config: config, logger: logger)
-        self.stateStore = StateStore(directory: config.stateDirectory)
+        self.stateStore = StateStore(directory: config.stateDirectory, durability: config.durability)
         self.processRecordFile = ProcessRecordFile(directory: config.stateDirectory)
     }
 
@@ -119,13 +119,9 @@ actor DaemonCore {
         }
         if demo { builtInManifests = DemoDriver.manifests(stateDirectory: config.stateDirectory) }
         reloadManifests()
-        var saved = StateStore.Contents(apps: [:])
-        do {
-            saved = try stateStore.load()
-        } catch {
-            logger.error("cannot read \(stateStore.path), starting with empty event queues: \(error)")
-        }
+        let saved = stateStore.load(logger: logger)
         engine.restore(saved.apps)
+        stateStore.open(engine: engine, bluetooth: saved.bluetooth, logger: logger)
         // Listening before any app is woken or launched (nothing is accepted
         // before `start` returns: this runs on the loop's thread).
         let listener = try UnixListener.bind(path: socketPath, permissions: 0o666)
@@ -257,6 +253,7 @@ actor DaemonCore {
     /// schedules a write of the state file.
     func withEngine<T, E: Error>(_ body: (LifecycleEngine, UInt64) throws(E) -> T) throws(E) -> T {
         defer {
+            commitJournal()
             rearmEngineTimer()
             scheduleSave()
             dispatchStateChanges()
@@ -275,12 +272,9 @@ actor DaemonCore {
         }
     }
 
+    /// A snapshot of the state, and a new event journal (see `StateStore`).
     func saveState() {
-        do {
-            try stateStore.save(StateStore.Contents(apps: engine.savedState(), bluetooth: savedBluetooth()))
-        } catch {
-            logger.error("cannot write \(stateStore.path): \(error)")
-        }
+        stateStore.save(engine: engine, bluetooth: savedBluetooth(), logger: logger)
     }
 
     /// One timer for the engine's earliest deadline; none when nothing is due,

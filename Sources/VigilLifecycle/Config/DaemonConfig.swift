@@ -34,6 +34,7 @@ public enum StopPolicy: String, Sendable, CaseIterable {
 /// session-buffer-limit = 1048576                # bytes per accessory session, see AccessoryRule
 /// bluetooth = true                              # Bluetooth LE through BlueZ (system bus)
 /// bluetooth-request-timeout = 20.0              # s an app has to answer a central's read or write
+/// durability = "process"                        # process | power: what queued events and read bytes survive
 ///
 /// [timings]
 /// suspend-grace = 5.0
@@ -65,6 +66,9 @@ public struct DaemonConfig: Sendable, Equatable {
     /// Seconds an app has to answer a remote central's read or write (a wake
     /// or relaunch included) before the central gets an ATT error.
     public var bluetoothRequestTimeout = 20.0
+    /// What the event journal survives before the daemon relies on it:
+    /// `process` a crash of vigild (page cache), `power` a power loss (fdatasync).
+    public var durability: Durability = .process
 
     /// Defaults for the system daemon or for a per-user daemon.
     public init(system: Bool, environment: [String: String] = ProcessInfo.processInfo.environment) {
@@ -85,7 +89,7 @@ public struct DaemonConfig: Sendable, Equatable {
     static let knownFields: Set<String> = [
         "socket", "manifest-dirs", "state-dir", "log-dir", "cgroup-root", "suspension", "on-stop", "event-queue-limit",
         "decision-log-size", "timings", "accessory", "session-buffer-limit", "bluetooth",
-        "bluetooth-request-timeout",
+        "bluetooth-request-timeout", "durability",
     ]
     static let knownTimings: Set<String> = [
         "suspend-grace", "wake-budget", "background-time-limit", "expiration-warning", "exit-grace",
@@ -123,6 +127,12 @@ public struct DaemonConfig: Sendable, Equatable {
         config.sessionBufferLimit = try fields.positiveInt("session-buffer-limit") ?? defaults.sessionBufferLimit
         config.bluetooth = try fields.bool("bluetooth") ?? defaults.bluetooth
         config.bluetoothRequestTimeout = try fields.seconds("bluetooth-request-timeout") ?? defaults.bluetoothRequestTimeout
+        if let name = try fields.string("durability") {
+            guard let durability = Durability(rawValue: name) else {
+                throw fields.problem("durability", "must be one of process, power")
+            }
+            config.durability = durability
+        }
         var rules: [AccessoryRule] = []
         for rule in try fields.tableArray("accessory") { rules.append(try AccessoryRule.parse(rule)) }
         config.accessoryRules = rules.isEmpty ? defaults.accessoryRules : rules

@@ -71,6 +71,9 @@ public struct EventQueue: Sendable {
     public private(set) var unreportedDrops = 0
     public private(set) var firstDroppedKind: String?
     public private(set) var totalDropped = 0
+    /// What changed since the owner last took the changes: the daemon journals
+    /// them (see `JournalRecord`) before it relies on them.
+    public private(set) var changes: [QueueChange] = []
 
     public init(limit: Int, nextSeq: UInt64 = 1) {
         self.limit = limit
@@ -99,6 +102,12 @@ public struct EventQueue: Sendable {
     public var unacknowledgedCount: Int { sentCount }
     public var queuedCount: Int { events.count - sentCount }
 
+    /// Takes what changed since the last call, oldest first.
+    public mutating func takeChanges() -> [QueueChange] {
+        defer { changes = [] }
+        return changes
+    }
+
     /// Appends `event` and returns its sequence number, or nil at the bound.
     public mutating func append(_ event: QueuedEvent) -> UInt64? {
         guard !isFull else { return nil }
@@ -106,6 +115,7 @@ public struct EventQueue: Sendable {
         event.seq = nextSeq
         nextSeq += 1
         events.append(event)
+        changes.append(.enqueued(event))
         return event.seq
     }
 
@@ -116,6 +126,7 @@ public struct EventQueue: Sendable {
         guard sentCount <= last, matches(events[last]) else { return nil }
         // In place: holding a copy of the event here would copy the whole
         // payload on every merge (quadratic for a long burst).
+        changes.append(.merged(seq: events[last].seq, offset: events[last].payload.count, bytes: bytes))
         events[last].payload.append(contentsOf: bytes)
         return events[last].seq
     }
@@ -133,6 +144,7 @@ public struct EventQueue: Sendable {
         let kept = events[sentCount...].filter { !matches($0) }
         events.removeSubrange(sentCount...)
         events.append(contentsOf: kept)
+        changes.append(.withdrawn(withdrawn.map(\.seq)))
         return withdrawn
     }
 
@@ -141,6 +153,11 @@ public struct EventQueue: Sendable {
         if unreportedDrops == 0 { firstDroppedKind = kind }
         unreportedDrops += 1
         totalDropped += 1
+        changes.append(dropCounters)
+    }
+
+    private var dropCounters: QueueChange {
+        .drops(unreported: unreportedDrops, firstKind: firstDroppedKind, total: totalDropped)
     }
 
     /// Queues the `overflow` report once there is room for it.
@@ -152,12 +169,14 @@ public struct EventQueue: Sendable {
         _ = append(report)
         unreportedDrops = 0
         firstDroppedKind = nil
+        changes.append(dropCounters)
     }
 
     /// Marks the next unsent event as sent and returns it.
     public mutating func takeNextUnsent() -> (event: QueuedEvent, redelivered: Bool)? {
         guard sentCount < events.count else { return nil }
         let redelivered = events[sentCount].everSent
+        if !redelivered { changes.append(.sent(upTo: events[sentCount].seq)) }
         events[sentCount].everSent = true
         sentCount += 1
         return (events[sentCount - 1], redelivered)
@@ -172,6 +191,7 @@ public struct EventQueue: Sendable {
     public mutating func acknowledge(upTo seq: UInt64) -> Int {
         let count = events.prefix { $0.seq <= seq }.count
         let acknowledged = min(count, sentCount)  // never ack what was not sent
+        if acknowledged > 0 { changes.append(.acknowledged(upTo: events[acknowledged - 1].seq)) }
         events.removeFirst(acknowledged)
         sentCount -= acknowledged
         return acknowledged
@@ -180,6 +200,27 @@ public struct EventQueue: Sendable {
     /// The connection is gone: whatever was sent and not acknowledged goes again.
     public mutating func rewind() {
         sentCount = 0
+    }
+}
+
+/// A change to what of a queue outlives the daemon (see `JournalRecord`).
+public enum QueueChange: Sendable, Equatable {
+    case enqueued(QueuedEvent)
+    case merged(seq: UInt64, offset: Int, bytes: [UInt8])
+    case sent(upTo: UInt64)
+    case acknowledged(upTo: UInt64)
+    case withdrawn([UInt64])
+    case drops(unreported: Int, firstKind: String?, total: Int)
+
+    func record(app: String) -> JournalRecord {
+        switch self {
+        case let .enqueued(event): .enqueued(app: app, event: event)
+        case let .merged(seq, offset, bytes): .merged(app: app, seq: seq, offset: offset, bytes: bytes)
+        case let .sent(seq): .sent(app: app, upTo: seq)
+        case let .acknowledged(seq): .acknowledged(app: app, upTo: seq)
+        case let .withdrawn(seqs): .withdrawn(app: app, seqs: seqs)
+        case let .drops(unreported, firstKind, total): .drops(app: app, unreported: unreported, firstKind: firstKind, total: total)
+        }
     }
 }
 

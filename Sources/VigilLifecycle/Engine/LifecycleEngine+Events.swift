@@ -164,13 +164,23 @@ extension LifecycleEngine {
     /// Sends every event the app may receive now, in order. Stops at the first
     /// one it may not receive yet, or whose stream has an event in flight, so
     /// order is never broken.
+    ///
+    /// All are marked sent before the first goes out, so the daemon journals
+    /// them with one write before the first send.
     func flush(_ id: String) {
-        while let app = apps[id], app.connected, app.state.isRunning,
-              let next = app.queue.peekNextUnsent(), app.mayReceive(next),
-              !(next.stream.map(app.queue.hasInFlight(stream:)) ?? false) {
-            var queue = app.queue
-            guard let (event, redelivered) = queue.takeNextUnsent() else { return }
-            update(id) { $0.queue = queue }
+        guard let app = apps[id], app.connected, app.state.isRunning else { return }
+        var queue = app.queue
+        var batch: [(event: QueuedEvent, redelivered: Bool)] = []
+        while let next = queue.peekNextUnsent(), app.mayReceive(next),
+              !(next.stream.map(queue.hasInFlight(stream:)) ?? false),
+              let taken = queue.takeNextUnsent() {
+            batch.append(taken)
+        }
+        guard !batch.isEmpty else { return }
+        update(id) { $0.queue = queue }
+        for (event, redelivered) in batch {
+            // A send that finds the connection broken closes it (rewinding the queue).
+            guard let app = apps[id], app.connected else { return }
             host.send(.event(event, redelivered: redelivered), to: id)
         }
     }
