@@ -148,6 +148,50 @@ extension Integration {
                 }
             }
         }
+
+        /// 5. A recorded pid now used by another process (another start time)
+        /// is not the app: that process is neither continued nor killed, and
+        /// the app is relaunched for its event.
+        @Test func reusedPidIsNotAdopted() async {
+            let id = "org.vigil.test.reused"
+            await DaemonHarness.run(Self.options("signal"), apps: [AppSpec(id, ["VIGIL_DEMO_WORK_SECONDS": Self.work])]) { h in
+                let (pid, seq) = try await h.suspendHoldingAnEvent(id, mark: "reused")
+                try await h.killDaemon()
+                _ = kill(pid, SIGKILL)
+                try await h.waitUntil("pid \(pid) is gone", timeout: 10) { !h.isAlive(pid) }
+
+                // A stopped stranger in its own session, written into the record in the
+                // app's place with the app's start time: only the start time tells them apart.
+                let stranger = try ProcessSpawner.spawn(SpawnRequest(
+                    executable: "/bin/sleep", arguments: ["600"], environment: [:], newSession: true, name: "stranger"))
+                defer {
+                    _ = kill(stranger.pid, SIGKILL)
+                    _ = kill(stranger.pid, SIGCONT)
+                    _ = try? ProcessControl.reap(stranger)
+                    close(stranger.pidfd)
+                }
+                _ = kill(stranger.pid, SIGSTOP)
+                try await h.waitUntil("the stranger is stopped", timeout: 5) { h.processState(stranger.pid) == "T" }
+                let path = h.directory + "/state/processes.json"
+                let data = try Data(contentsOf: URL(fileURLWithPath: path))
+                var file = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
+                var records = try #require(file["processes"] as? [[String: Any]])
+                try await h.require(records.count == 1 && records[0]["app"] as? String == id, "processes.json: \(records)")
+                records[0]["pid"] = stranger.pid
+                records[0]["session"] = stranger.pid
+                file["processes"] = records
+                try JSONSerialization.data(withJSONObject: file).write(to: URL(fileURLWithPath: path))
+
+                try await h.startDaemon()
+                try await h.waitUntilDelivered(id, seq: seq)
+                let info = try await h.info(id)
+                await h.expect(info.pid != stranger.pid && info.launchReason == .redelivery,
+                               "\(id): pid \(info.pid.map(String.init) ?? "nil"), launchReason \(info.launchReason.map(\.rawValue) ?? "nil") (the stranger is \(stranger.pid))")
+                await h.expect(h.processState(stranger.pid) == "T", "the stranger was touched: /proc state \(h.processState(stranger.pid).map(String.init) ?? "gone")")
+                let adopt = try await h.decisions(id, action: "adopt")
+                await h.expect(adopt.isEmpty, "adopted: \(adopt.map(\.reason))")
+            }
+        }
     }
 }
 
