@@ -117,7 +117,12 @@ def udev_properties(path: str) -> dict[str, str]:
 
 # ------------------------------------------------------------- serial ----
 def open_raw(path: str, nonblock: bool = False) -> int:
-    """Open a tty in raw mode (no echo, no line discipline); return the fd."""
+    """Open a tty in raw mode (no echo, no line discipline); return the fd.
+
+    Open it before the other side can send: until the mode is set the tty is
+    cooked and echoes whatever arrives back to the sender (an echo it cannot
+    write at once is held until the next write on this fd).
+    """
     flags = os.O_RDWR | os.O_NOCTTY | (os.O_NONBLOCK if nonblock else 0)
     fd = os.open(path, flags)
     tty.setraw(fd, termios.TCSANOW)
