@@ -5,6 +5,16 @@ import VigilProtocol
 public struct Accessory: Sendable, Equatable {
     public var info: AccessoryInfo
     public var identity: AccessoryIdentity
+    /// Protocol strings the device declared and was not offered for.
+    public var refusedProtocols: [ProtocolRefusal] = []
+}
+
+/// A protocol string a device declared that is not offered: not a reverse-DNS
+/// token (`$(reboot)`, `;rm`), or past the most one accessory may declare.
+public struct ProtocolRefusal: Sendable, Equatable {
+    /// As declared, bounded in length (`DeviceText.bounded`); escape it to log it.
+    public var value: String
+    public var reason: String
 }
 
 /// Which serial devices are accessories, and their connections.
@@ -12,12 +22,21 @@ public struct Accessory: Sendable, Equatable {
 /// A device is an accessory when udev marks it (`VIGIL_ACCESSORY=1`, with
 /// `VIGIL_PROTOCOLS`, from the rules in udev/) or a rule of the daemon's config
 /// matches it. Every connection gets a new id, so an app can tell a replugged
-/// accessory from the one it had.
+/// accessory from the one it had. What a device says of itself is untrusted:
+/// its strings are bounded (and escaped where logged), and only reverse-DNS
+/// protocol strings are offered.
 public final class AccessoryRegistry {
     public private(set) var connected: [UInt64: Accessory] = [:]
     private var bySysPath: [String: UInt64] = [:]
     private var nextConnectionID: UInt64 = 1
     public var rules: [AccessoryRule]
+    /// Identities two devices have claimed at once (cloned serial numbers): a
+    /// session waiting for one of them reopens only on its own USB port.
+    /// Bounded: past the bound, identities are remembered no more.
+    public private(set) var sharedIdentities: Set<AccessoryIdentity> = []
+    static let sharedIdentityLimit = 1024
+    /// The most protocol strings one accessory is offered for.
+    public static let maxProtocols = 32
 
     public init(rules: [AccessoryRule]) {
         self.rules = rules
@@ -30,19 +49,36 @@ public final class AccessoryRegistry {
         let id = nextConnectionID
         nextConnectionID += 1
         let usb = device.usb
-        let property = { (key: String) in device.properties[key].flatMap { $0.isEmpty ? nil : $0 } }
+        let property = { (key: String) in device.properties[key].flatMap { $0.isEmpty ? nil : DeviceText.bounded($0) } }
+        let text = { (value: String?) in value.map { DeviceText.bounded($0) } }
+        var offered: [String] = []
+        var refused: [ProtocolRefusal] = []
+        // Checked whole, before bounding: cutting an overlong string could make it valid.
+        for name in declaration.protocols where !offered.contains(name) {
+            if !ReverseDNS.isValid(name) {
+                refused.append(ProtocolRefusal(value: DeviceText.bounded(name), reason: "not a reverse-DNS protocol string (dot-separated labels of letters, digits, '-' and '_', at most 255 bytes)"))
+            } else if offered.count == Self.maxProtocols {
+                refused.append(ProtocolRefusal(value: name, reason: "more than \(Self.maxProtocols) protocol strings"))
+            } else {
+                offered.append(name)
+            }
+        }
         let info = AccessoryInfo(
             connectionID: id,
-            name: declaration.name ?? property("VIGIL_NAME") ?? usb?.product ?? property("ID_MODEL") ?? device.devNode,
-            manufacturer: usb?.manufacturer ?? property("ID_VENDOR") ?? "",
+            name: text(declaration.name) ?? property("VIGIL_NAME") ?? text(usb?.product) ?? property("ID_MODEL") ?? device.devNode,
+            manufacturer: text(usb?.manufacturer) ?? property("ID_VENDOR") ?? "",
             modelNumber: property("VIGIL_MODEL") ?? usb?.productID ?? "",
-            serialNumber: usb?.serialNumber ?? property("ID_SERIAL_SHORT") ?? "",
-            firmwareRevision: property("VIGIL_FIRMWARE_REVISION") ?? usb?.revision ?? "",
+            serialNumber: text(usb?.serialNumber) ?? property("ID_SERIAL_SHORT") ?? "",
+            firmwareRevision: property("VIGIL_FIRMWARE_REVISION") ?? text(usb?.revision) ?? "",
             hardwareRevision: property("VIGIL_HARDWARE_REVISION") ?? "",
-            protocolStrings: declaration.protocols, deviceNode: device.devNode,
+            protocolStrings: offered, deviceNode: device.devNode,
             vendorID: usb?.vendorID ?? "", productID: usb?.productID ?? "", sysPath: device.sysPath,
-            lineSettings: declaration.lineSettings ?? property("VIGIL_SERIAL") ?? "115200 8N1")
-        let accessory = Accessory(info: info, identity: AccessoryIdentity(device))
+            lineSettings: text(declaration.lineSettings) ?? property("VIGIL_SERIAL") ?? "115200 8N1")
+        let accessory = Accessory(info: info, identity: AccessoryIdentity(device), refusedProtocols: refused)
+        if connected.values.contains(where: { $0.identity == accessory.identity }),
+           sharedIdentities.count < Self.sharedIdentityLimit {
+            sharedIdentities.insert(accessory.identity)
+        }
         connected[id] = accessory
         bySysPath[device.sysPath] = id
         return accessory
@@ -52,6 +88,31 @@ public final class AccessoryRegistry {
     public func removed(sysPath: String) -> Accessory? {
         guard let id = bySysPath.removeValue(forKey: sysPath) else { return nil }
         return connected.removeValue(forKey: id)
+    }
+
+    /// The other connected accessories that claim this one's identity.
+    public func sharingIdentity(with accessory: Accessory) -> [Accessory] {
+        connected.values.filter { $0.identity == accessory.identity && $0.info.connectionID != accessory.info.connectionID }
+            .sorted { $0.info.connectionID < $1.info.connectionID }
+    }
+
+    /// What is wrong with the connected accessories, for `vigilctl accessories`:
+    /// refused protocol strings, and identities claimed by several at once.
+    public var problems: [AccessoryProblem] {
+        connected.keys.sorted().compactMap { connected[$0] }.flatMap { accessory in
+            let id = accessory.info.connectionID
+            var problems = accessory.refusedProtocols.map {
+                AccessoryProblem(connectionID: id, problem: AccessoryProblem.refusedProtocol,
+                                 detail: "protocol string \(DeviceText.quoted($0.value)) refused: \($0.reason)")
+            }
+            let others = sharingIdentity(with: accessory).map(\.info.connectionID)
+            if !others.isEmpty {
+                problems.append(AccessoryProblem(
+                    connectionID: id, problem: AccessoryProblem.duplicateIdentity,
+                    detail: "connection\(others.count == 1 ? "" : "s") \(others.map(String.init).joined(separator: ", ")) claim\(others.count == 1 ? "s" : "") the same identity \(DeviceText.escaped(accessory.identity.key)); a waiting session reopens only on its own USB port"))
+            }
+            return problems
+        }
     }
 
     public func accessory(_ connectionID: UInt64) -> Accessory? { connected[connectionID] }

@@ -1,3 +1,5 @@
+import VigilProtocol
+
 /// What the daemon saw of a serial device node (through udev), before deciding
 /// whether it is an accessory. Plain data, so the domain needs no libudev.
 public struct DeviceObservation: Sendable, Equatable {
@@ -46,7 +48,8 @@ public struct AccessoryIdentity: Sendable, Hashable, CustomStringConvertible {
     init(_ observation: DeviceObservation) {
         if let usb = observation.usb {
             // Without a serial number, the USB port path is the best identity left.
-            let serial = usb.serialNumber.flatMap { $0.isEmpty ? nil : $0 } ?? "port:" + Self.usbPortPath(observation.sysPath)
+            let serial = usb.serialNumber.flatMap { $0.isEmpty ? nil : DeviceText.bounded($0) }
+                ?? "port:" + Self.usbPortPath(observation.sysPath)
             key = "usb:\(usb.vendorID):\(usb.productID):\(serial)"
         } else {
             key = "node:" + observation.sysPath

@@ -20,6 +20,8 @@ public struct SessionRecord: Sendable, Equatable {
     public var holder: SessionHolder
     public var connectionID: UInt64
     public var identity: AccessoryIdentity
+    /// The device it is, or was last, on (its USB port tells clones apart).
+    public var sysPath: String
     public var protocolString: String
     public var lineSettings: String
     /// Reopen by itself when the same accessory comes back.
@@ -40,7 +42,7 @@ public struct SessionTable: Sendable {
         declaredProtocols: [String]?, lineSettings: String, reopen: Bool
     ) throws(ProtocolError) -> SessionRecord {
         guard accessory.protocolStrings.contains(name) else {
-            throw ProtocolError(.invalidArgument, "accessory \(accessory.connectionID) (\(accessory.name)) does not speak '\(name)'; it speaks \(accessory.protocolStrings)")
+            throw ProtocolError(.invalidArgument, "accessory \(accessory.connectionID) (\(DeviceText.quoted(accessory.name))) does not speak \(DeviceText.quoted(name)); it speaks \(accessory.protocolStrings)")
         }
         if let declaredProtocols, !declaredProtocols.contains(name) {
             throw ProtocolError(.notPermitted, "the app's manifest does not declare accessory protocol '\(name)' (accessory-protocols = \(declaredProtocols))")
@@ -50,7 +52,7 @@ public struct SessionTable: Sendable {
         }
         let record = SessionRecord(
             id: nextID, holder: holder, connectionID: accessory.connectionID, identity: identity,
-            protocolString: name, lineSettings: lineSettings, reopen: reopen)
+            sysPath: accessory.sysPath, protocolString: name, lineSettings: lineSettings, reopen: reopen)
         nextID += 1
         sessions[record.id] = record
         return record
@@ -62,8 +64,27 @@ public struct SessionTable: Sendable {
     }
 
     /// Moves a reopening session onto the accessory's new connection.
-    public mutating func rebind(_ id: Int, to connectionID: UInt64) {
-        sessions[id]?.connectionID = connectionID
+    public mutating func rebind(_ id: Int, to accessory: AccessoryInfo) {
+        sessions[id]?.connectionID = accessory.connectionID
+        sessions[id]?.sysPath = accessory.sysPath
+    }
+
+    /// The waiting `reopen` sessions (`isWaiting`) that move to a new connection
+    /// of their accessory: at most one per protocol, the oldest, since a
+    /// connection has one session per protocol. When two devices have claimed
+    /// the identity at once (`byPortOnly`: cloned serial numbers), only the
+    /// sessions last on the same USB port: a clone never takes another
+    /// device's session.
+    public func toReopen(
+        on accessory: AccessoryInfo, identity: AccessoryIdentity, byPortOnly: Bool, isWaiting: (Int) -> Bool
+    ) -> [SessionRecord] {
+        let port = AccessoryIdentity.usbPortPath(accessory.sysPath)
+        var held = Set(sessions(of: accessory.connectionID).map(\.protocolString))
+        return sessions.values.sorted { $0.id < $1.id }.filter { record in
+            record.reopen && record.identity == identity && isWaiting(record.id)
+                && (!byPortOnly || AccessoryIdentity.usbPortPath(record.sysPath) == port)
+                && held.insert(record.protocolString).inserted
+        }
     }
 
     public func sessions(of connectionID: UInt64) -> [SessionRecord] {

@@ -52,9 +52,32 @@ public struct AccessoryList: Message, Equatable {
     public var accessories: [AccessoryInfo]
     /// Open sessions, for control clients (nil for apps).
     public var sessions: [SessionInfo]?
-    public init(accessories: [AccessoryInfo], sessions: [SessionInfo]? = nil) {
+    /// What is wrong with the connected accessories, for control clients (nil for apps).
+    public var problems: [AccessoryProblem]?
+    public init(accessories: [AccessoryInfo], sessions: [SessionInfo]? = nil, problems: [AccessoryProblem]? = nil) {
         self.accessories = accessories
         self.sessions = sessions
+        self.problems = problems
+    }
+}
+
+/// Something wrong with a connected accessory, as `vigilctl accessories` shows it.
+public struct AccessoryProblem: Sendable, Codable, Equatable {
+    /// A protocol string the device declared was refused (not reverse-DNS); it is not offered for it.
+    public static let refusedProtocol = "refusedProtocol"
+    /// Another connected device claims the same identity (USB ids and serial number).
+    public static let duplicateIdentity = "duplicateIdentity"
+
+    public var connectionID: UInt64
+    /// `refusedProtocol` or `duplicateIdentity`.
+    public var problem: String
+    /// For people; device-provided text in it is escaped.
+    public var detail: String
+
+    public init(connectionID: UInt64, problem: String, detail: String) {
+        self.connectionID = connectionID
+        self.problem = problem
+        self.detail = detail
     }
 }
 

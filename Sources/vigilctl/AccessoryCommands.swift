@@ -22,6 +22,9 @@ struct AccessoriesList: AsyncParsableCommand {
         let list = try await options.connect().accessories()
         if options.json { return try printJSON(list) }
         print(AccessoryTable(list.accessories).text)
+        for problem in list.problems ?? [] {
+            print("problem: connection \(problem.connectionID): \(problem.problem): \(problem.detail)")
+        }
         let sessions = list.sessions ?? []
         print(sessions.isEmpty ? "\nno open sessions" : "\n" + SessionTable(sessions).text)
     }

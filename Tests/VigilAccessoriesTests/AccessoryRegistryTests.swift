@@ -107,7 +107,9 @@ struct SessionTableTests {
         #expect(dfu.id != first.id)
         #expect(table.sessions(of: accessory.info.connectionID).map(\.id) == [first.id, dfu.id])
         #expect(table.sessions(heldBy: .control(7)).map(\.id) == [dfu.id])
-        table.rebind(dfu.id, to: 9)
+        var moved = accessory.info
+        moved.connectionID = 9
+        table.rebind(dfu.id, to: moved)
         #expect(table.sessions(of: 9).map(\.id) == [dfu.id])
         #expect(table.close(first.id)?.holder == .app("org.a"))
         #expect(table.sessions(of: accessory.info.connectionID).isEmpty)
@@ -124,5 +126,106 @@ struct ReopenBackoffTests {
         #expect(delays.last == ReopenBackoff.limit)
         #expect(zip(delays, delays.dropFirst()).allSatisfy { $0 <= $1 })
         #expect(backoff.failures == 12)
+    }
+}
+
+@Suite("what a device says of itself is untrusted")
+struct UntrustedDeviceTextTests {
+    @Test func controlAndBidiCharactersAreEscapedForLogsAndTheRestIsKept() {
+        #expect(DeviceText.escaped("VGL\u{7}123\u{202E}txt") == "VGL\\u{7}123\\u{202E}txt")
+        #expect(DeviceText.escaped("line\nforged: info vigild") == "line\\u{A}forged: info vigild")
+        #expect(DeviceText.escaped("\u{1B}[31mred\u{9B}\u{7F}") == "\\u{1B}[31mred\\u{9B}\\u{7F}")
+        #expect(DeviceText.escaped("zero\u{200B}width\u{2066}isolate\u{2028}") == "zero\\u{200B}width\\u{2066}isolate\\u{2028}")
+        #expect(DeviceText.escaped("a\\u{7}") == "a\\\\u{7}")  // a literal backslash cannot pose as an escape
+        #expect(DeviceText.escaped("Café 日本 $(reboot) ;rm") == "Café 日本 $(reboot) ;rm")
+        #expect(DeviceText.quoted("say \"hi\"\u{7}") == "\"say \\\"hi\\\"\\u{7}\"")
+    }
+
+    @Test func deviceStringsAreBoundedAtACharacterBoundary() {
+        #expect(DeviceText.bounded("short") == "short")
+        let long = String(repeating: "é", count: 200)  // 400 bytes
+        let bounded = DeviceText.bounded(long)
+        #expect(bounded.utf8.count == 254 && bounded.allSatisfy { $0 == "é" })
+    }
+
+    @Test func invalidProtocolStringsAreRefusedAndNotOffered() throws {
+        let registry = AccessoryRegistry(rules: [])
+        let device = AccessoryRegistryTests.sensor(properties: [
+            "VIGIL_ACCESSORY": "1",
+            "VIGIL_PROTOCOLS": "$(reboot) ;rm org.example.sensor org.example.sensor -lead.ing org.\u{202E}evil com.example.ok_1 org.example." + String(repeating: "a", count: 300),
+        ])
+        let accessory = try #require(registry.added(device))
+        #expect(accessory.info.protocolStrings == ["org.example.sensor", "com.example.ok_1"])
+        #expect(accessory.refusedProtocols.map(\.value) == ["$(reboot)", ";rm", "-lead.ing", "org.\u{202E}evil", "org.example." + String(repeating: "a", count: 243)])
+        let problems = registry.problems
+        #expect(problems.count == 5 && problems.allSatisfy { $0.problem == AccessoryProblem.refusedProtocol && $0.connectionID == accessory.info.connectionID })
+        #expect(problems.contains { $0.detail.contains("\"org.\\u{202E}evil\"") })
+        #expect(!problems.contains { $0.detail.contains("\u{202E}") })
+    }
+
+    @Test func tooManyProtocolStringsAreRefusedPastTheBound() throws {
+        let registry = AccessoryRegistry(rules: [])
+        let names = (0..<40).map { "org.example.p\($0)" }
+        let accessory = try #require(registry.added(AccessoryRegistryTests.sensor(properties: ["VIGIL_ACCESSORY": "1", "VIGIL_PROTOCOLS": names.joined(separator: " ")])))
+        #expect(accessory.info.protocolStrings == Array(names.prefix(AccessoryRegistry.maxProtocols)))
+        #expect(accessory.refusedProtocols.count == 40 - AccessoryRegistry.maxProtocols)
+    }
+
+    @Test func identityStringsAreKeptButBounded() throws {
+        var device = AccessoryRegistryTests.sensor()
+        device.usb?.serialNumber = "VGL\u{7}\u{202E}321"
+        device.usb?.manufacturer = String(repeating: "M", count: 5000)
+        let accessory = try #require(AccessoryRegistry(rules: []).added(device))
+        #expect(accessory.info.serialNumber == "VGL\u{7}\u{202E}321")
+        #expect(accessory.info.manufacturer == String(repeating: "M", count: DeviceText.maxBytes))
+        #expect(accessory.identity.key == "usb:1209:0001:VGL\u{7}\u{202E}321")
+    }
+
+    @Test func twoDevicesClaimingOneIdentityGetDistinctConnectionsAndAreReported() throws {
+        let registry = AccessoryRegistry(rules: [])
+        let first = try #require(registry.added(AccessoryRegistryTests.sensor(node: "/dev/ttyACM0", port: "1-1")))
+        #expect(registry.sharedIdentities.isEmpty && registry.problems.isEmpty)
+        let clone = try #require(registry.added(AccessoryRegistryTests.sensor(node: "/dev/ttyACM1", port: "1-2")))
+        #expect(clone.info.connectionID != first.info.connectionID)
+        #expect(clone.identity == first.identity)
+        #expect(registry.sharingIdentity(with: clone).map(\.info.connectionID) == [first.info.connectionID])
+        #expect(registry.sharedIdentities == [first.identity])
+        let problems = registry.problems
+        #expect(problems.map(\.connectionID) == [first.info.connectionID, clone.info.connectionID])
+        #expect(problems.allSatisfy { $0.problem == AccessoryProblem.duplicateIdentity })
+        // Gone again: no longer a problem now, but the identity stays known as shared.
+        _ = registry.removed(sysPath: clone.info.sysPath)
+        #expect(registry.problems.isEmpty && registry.sharedIdentities == [first.identity])
+    }
+
+    @Test func aWaitingSessionReopensOnlyOnItsOwnPortOnceItsIdentityIsShared() throws {
+        let registry = AccessoryRegistry(rules: [])
+        let first = try #require(registry.added(AccessoryRegistryTests.sensor(node: "/dev/ttyACM0", port: "1-1")))
+        var table = SessionTable()
+        let mine = try table.open(holder: .app("org.a"), accessory: first.info, identity: first.identity, protocol: "org.example.sensor", declaredProtocols: nil, lineSettings: "", reopen: true)
+        let waiting: (Int) -> Bool = { _ in true }
+        // Replugged on another port with no clone around: the session follows its identity.
+        let elsewhere = try #require(registry.added(AccessoryRegistryTests.sensor(node: "/dev/ttyACM5", port: "1-4")))
+        #expect(table.toReopen(on: elsewhere.info, identity: elsewhere.identity, byPortOnly: false, isWaiting: waiting).map(\.id) == [mine.id])
+        // A clone on another port, once the identity is shared: it is not the session's device.
+        #expect(table.toReopen(on: elsewhere.info, identity: elsewhere.identity, byPortOnly: true, isWaiting: waiting).isEmpty)
+        let back = try #require(registry.added(AccessoryRegistryTests.sensor(node: "/dev/ttyACM6", port: "1-1")))
+        #expect(table.toReopen(on: back.info, identity: back.identity, byPortOnly: true, isWaiting: waiting).map(\.id) == [mine.id])
+        // Sessions not waiting stay where they are.
+        #expect(table.toReopen(on: back.info, identity: back.identity, byPortOnly: false, isWaiting: { _ in false }).isEmpty)
+    }
+
+    @Test func oneConnectionTakesAtMostOneWaitingSessionPerProtocol() throws {
+        let registry = AccessoryRegistry(rules: [])
+        let first = try #require(registry.added(AccessoryRegistryTests.sensor(node: "/dev/ttyACM0", port: "1-1")))
+        let clone = try #require(registry.added(AccessoryRegistryTests.sensor(node: "/dev/ttyACM1", port: "1-2")))
+        var table = SessionTable()
+        let older = try table.open(holder: .app("org.a"), accessory: first.info, identity: first.identity, protocol: "org.example.sensor", declaredProtocols: nil, lineSettings: "", reopen: true)
+        let newer = try table.open(holder: .app("org.b"), accessory: clone.info, identity: clone.identity, protocol: "org.example.sensor", declaredProtocols: nil, lineSettings: "", reopen: true)
+        let dfu = try table.open(holder: .app("org.b"), accessory: clone.info, identity: clone.identity, protocol: "org.example.dfu", declaredProtocols: nil, lineSettings: "", reopen: true)
+        let third = try #require(registry.added(AccessoryRegistryTests.sensor(node: "/dev/ttyACM7", port: "1-7")))
+        let chosen = table.toReopen(on: third.info, identity: third.identity, byPortOnly: false, isWaiting: { _ in true })
+        #expect(chosen.map(\.id) == [older.id, dfu.id])
+        #expect(!chosen.contains { $0.id == newer.id })
     }
 }

@@ -21,9 +21,14 @@ reply line each on stdout:
     jam            -> ok           the node stays but cannot be opened (EISDIR)
     unjam          -> ok           the node opens again
     pid            -> ok PID       COMMAND's process id
+    add NAME JSON  -> ok NODE      plug in another device, NAME, made with JSON's
+                                   keyword arguments of VirtualSerialAccessory
+                                   (port, serial, protocols, manufacturer, ...)
+    @NAME REQUEST  -> ...          write, read, unplug or plug that device
     quit           -> ok           terminate COMMAND and exit
 """
 
+import json
 import os
 import signal
 import sys
@@ -46,10 +51,15 @@ def main():
     testbed = UMockdev.Testbed.new()
     device = devices.VirtualSerialAccessory(testbed)
     device.plug()
+    sensor, others = device, {}
     child = os.posix_spawn(command[0], command, dict(os.environ, UMOCKDEV_DIR=testbed.get_root_dir()))
     print("ready", flush=True)
     for line in sys.stdin:
         verb, _, argument = line.strip().partition(" ")
+        device = sensor
+        if verb.startswith("@"):
+            device = others[verb[1:]]
+            verb, _, argument = argument.partition(" ")
         reply = "ok"
         if verb == "write":
             device.write(bytes.fromhex(argument))
@@ -80,6 +90,10 @@ def main():
             link, target = jammed
             os.unlink(link)
             os.symlink(target, link)
+        elif verb == "add":
+            name, _, options = argument.partition(" ")
+            others[name] = devices.VirtualSerialAccessory(testbed, **json.loads(options))
+            reply = "ok " + others[name].plug()
         elif verb == "pid":
             reply = f"ok {child}"
         elif verb == "quit":

@@ -236,5 +236,81 @@ class SlowConsumerTests(AccessoryDaemonHarness):
         self.assertTrue(held_back, "the app was never woken for held-back data, so the test did not exercise it")
 
 
+class UntrustedDeviceTests(AccessoryDaemonHarness):
+    """Devices whose udev attributes lie: protocol strings that are shell, serial
+    numbers with control and bidi characters, a clone of the sensor's identity."""
+
+    def log_text(self):
+        with open(f"{self.dir}/vigild.log", encoding="utf-8", errors="replace") as log:
+            return log.read()
+
+    def accessory(self, node):
+        return next((a for a in self.control.accessories()["accessories"] if a["deviceNode"] == node), None)
+
+    def test_invalid_protocols_are_refused_device_text_is_escaped_and_clones_are_reported(self):
+        self.control.app_action("launch", SENSOR_APP)
+        self.wait_until(lambda: any(r["kind"] == "sessionOpened" for r in self.read(SENSOR_APP)), "the app's session")
+        session = next(r for r in self.read(SENSOR_APP) if r["kind"] == "sessionOpened")["session"]
+        sensor_id = self.accessory("/dev/ttyACM0")["connectionID"]
+
+        evil_serial, evil_name = "EVIL\u202etxt\u0007", "Evil\u202eName\u0007"
+        evil_node = self.device("add evil " + json.dumps({
+            "port": "1-4", "first_number": 40, "serial": evil_serial, "name": evil_name, "manufacturer": "M" * 4000,
+            "protocols": "$(reboot) ;rm org.example.dfu"})).split()[1]
+        self.wait_until(lambda: self.accessory(evil_node), "the evil device listed")
+        evil = self.accessory(evil_node)
+        self.assertEqual(evil["protocolStrings"], ["org.example.dfu"], "invalid protocol strings were offered")
+        self.assertEqual((evil["serialNumber"], evil["name"]), (evil_serial, evil_name), "identity strings are kept")
+        self.assertLessEqual(len(evil["manufacturer"].encode()), 255, "identity strings are bounded")
+        problems = self.control.accessories()["problems"]
+        refused = [p["detail"] for p in problems if p["connectionID"] == evil["connectionID"]
+                   and p["problem"] == "refusedProtocol"]
+        self.assertEqual(len(refused), 2, problems)
+        self.assertIn('"$(reboot)"', refused[0])
+        with self.assertRaises(VigilError) as offered:
+            self.control.open_session(evil["connectionID"], "$(reboot)")
+        self.assertIn("does not speak", offered.exception.message)
+
+        # The log names what was refused, escaped; no device-provided control
+        # or bidi character reaches it raw.
+        log = self.log_text()
+        self.assertIn('protocol string "$(reboot)" refused', log)
+        self.assertIn('protocol string ";rm" refused', log)
+        self.assertIn("EVIL\\u{202E}txt\\u{7}", log)
+        self.assertNotIn("\u202e", log)
+        self.assertNotIn("\u0007", log)
+
+        # A clone of the sensor's identity on another port: reported, its own
+        # connection id, and it never gets the sensor's session.
+        clone_node = self.device("add clone " + json.dumps({"port": "1-3", "first_number": 20})).split()[1]
+        self.wait_until(lambda: self.accessory(clone_node), "the clone listed")
+        clone_id = self.accessory(clone_node)["connectionID"]
+        self.assertNotIn(clone_id, (sensor_id, evil["connectionID"]))
+        duplicates = {p["connectionID"] for p in self.control.accessories()["problems"]
+                      if p["problem"] == "duplicateIdentity"}
+        self.assertEqual(duplicates, {sensor_id, clone_id})
+        self.assertIn("claims the same identity", self.log_text())
+
+        self.device("unplug")
+        self.wait_until(lambda: self.events(SENSOR_APP, "session.closed"), "the sensor's session waiting")
+        self.device("@clone unplug")
+        clone_node = self.device("@clone plug").split()[1]
+        self.wait_until(lambda: self.accessory(clone_node), "the clone back")
+        clone_id = self.accessory(clone_node)["connectionID"]
+        held = next(s for s in self.control.accessories()["sessions"] if s["session"] == session)
+        self.assertNotEqual(held["connectionID"], clone_id, "the clone took the sensor's waiting session")
+        self.assertEqual(self.events(SENSOR_APP, "session.reopened"), [])
+
+        # The sensor comes back on its own port: its session reopens there.
+        self.assertEqual(self.device("plug"), "ok /dev/ttyACM1")
+        self.wait_until(lambda: self.events(SENSOR_APP, "session.reopened"), "session.reopened")
+        reopened = self.events(SENSOR_APP, "session.reopened")[-1]["attributes"]
+        self.assertEqual((reopened["session"], reopened["deviceNode"]), (session, "/dev/ttyACM1"))
+        self.device("@clone write " + b"clone\n".hex())
+        self.device("write " + b"sensor\n".hex())
+        received = lambda: b"".join(bytes.fromhex(e["payloadHex"]) for e in self.events(SENSOR_APP, "session.data"))
+        self.wait_until(lambda: received() == b"sensor\n", "the sensor's data, and only it")
+
+
 if __name__ == "__main__":
     unittest.main()

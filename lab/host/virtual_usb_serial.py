@@ -11,27 +11,40 @@ UMockdev.Testbed.add_from_string; the tty's node is then backed by a pty.
 USB = "/sys/devices/pci0000:00/0000:00:14.0/usb1/1-2"
 INTERFACE = USB + "/1-2:1.0"
 BY_ID = "/dev/serial/by-id/usb-Vigil_Labs_Vigil_Sensor_VGL123-if00"
+PROTOCOLS = "org.example.sensor org.example.dfu"
 
 
-def usb_device():
-    return f"""P: {USB[4:]}
-N: bus/usb/001/005
+def usb_path(port="1-2"):
+    return f"/sys/devices/pci0000:00/0000:00:14.0/usb1/{port}"
+
+
+def by_id(serial="VGL123"):
+    # As udev builds it: anything but [A-Za-z0-9._-] becomes "_".
+    safe = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in serial)
+    return f"/dev/serial/by-id/usb-Vigil_Labs_Vigil_Sensor_{safe}-if00"
+
+
+def usb_device(port="1-2", serial="VGL123", manufacturer="Vigil Labs", product="Vigil Sensor"):
+    usb = usb_path(port)
+    devnum = 3 + int(port.rpartition("-")[2])
+    return f"""P: {usb[4:]}
+N: bus/usb/001/{devnum:03d}
 E: SUBSYSTEM=usb
 E: DEVTYPE=usb_device
 E: DRIVER=usb
 E: BUSNUM=001
-E: DEVNUM=005
+E: DEVNUM={devnum:03d}
 E: PRODUCT=1209/1/102
 A: idVendor=1209
 A: idProduct=0001
-A: serial=VGL123
-A: manufacturer=Vigil Labs
-A: product=Vigil Sensor
+A: serial={serial}
+A: manufacturer={manufacturer}
+A: product={product}
 A: bcdDevice=0102
 A: busnum=1
-A: devnum=5
+A: devnum={devnum}
 
-P: {INTERFACE[4:]}
+P: {usb[4:]}/{port}:1.0
 E: SUBSYSTEM=usb
 E: DEVTYPE=usb_interface
 E: DRIVER=cdc_acm
@@ -40,9 +53,9 @@ A: bInterfaceNumber=00
 """
 
 
-def tty(name, minor, protocols="org.example.sensor org.example.dfu"):
+def tty(name, minor, protocols=PROTOCOLS, port="1-2", serial="VGL123", vigil_name="Vigil Sensor"):
     # Properties as udevd's usb_id builtin and udev/70-vigil-accessories.rules set them.
-    return f"""P: {INTERFACE[4:]}/tty/{name}
+    return f"""P: {usb_path(port)[4:]}/{port}:1.0/tty/{name}
 N: {name}
 E: SUBSYSTEM=tty
 E: DEVNAME=/dev/{name}
@@ -51,18 +64,18 @@ E: MINOR={minor}
 E: ID_BUS=usb
 E: ID_VENDOR_ID=1209
 E: ID_MODEL_ID=0001
-E: ID_SERIAL_SHORT=VGL123
+E: ID_SERIAL_SHORT={serial}
 E: ID_VENDOR_ENC=Vigil\\x20Labs
 E: ID_MODEL_ENC=Vigil\\x20Sensor
 E: ID_REVISION=0102
 E: ID_USB_INTERFACE_NUM=00
 E: ID_USB_DRIVER=cdc_acm
-E: DEVLINKS={BY_ID} /dev/serial/by-path/pci-0000:00:14.0-usb-0:2:1.0
+E: DEVLINKS={by_id(serial)} /dev/serial/by-path/pci-0000:00:14.0-usb-0:{port[2:]}:1.0
 E: ID_MM_DEVICE_IGNORE=1
 E: VIGIL_ACCESSORY=1
 E: VIGIL_PROTOCOLS={protocols}
 E: VIGIL_SERIAL=115200 8N1 rtscts
-E: VIGIL_NAME=Vigil Sensor
+E: VIGIL_NAME={vigil_name}
 """
 
 
@@ -71,10 +84,18 @@ class VirtualSerialAccessory:
     in (on the next /dev/ttyACMn), writes and reads the pty behind its node, and
     unplugs it the way the kernel does."""
 
-    def __init__(self, testbed, protocols="org.example.sensor org.example.dfu"):
+    def __init__(self, testbed, protocols=PROTOCOLS, port="1-2", serial="VGL123", manufacturer="Vigil Labs",
+                 product="Vigil Sensor", name="Vigil Sensor", first_number=0):
+        """Defaults are the one sensor every test knows; another device needs its
+        own USB `port` and `first_number` (its nodes are ttyACM<first_number>...)."""
         self.testbed = testbed
         self.protocols = protocols
-        self.number = -1
+        self.port = port
+        self.serial = serial
+        self.manufacturer = manufacturer
+        self.product = product
+        self.name = name
+        self.number = first_number - 1
         self.pty = None
 
     @property
@@ -83,14 +104,24 @@ class VirtualSerialAccessory:
 
     @property
     def tty_syspath(self):
-        return f"{INTERFACE}/tty/ttyACM{self.number}"
+        return f"{self.interface}/tty/ttyACM{self.number}"
+
+    @property
+    def usb(self):
+        return usb_path(self.port)
+
+    @property
+    def interface(self):
+        return f"{self.usb}/{self.port}:1.0"
 
     def plug(self):
         """Adds the device (add_from_string emits the add uevents); returns its node."""
         import os
 
         self.number += 1
-        self.testbed.add_from_string(usb_device() + "\n" + tty(f"ttyACM{self.number}", self.number, self.protocols))
+        self.testbed.add_from_string(
+            usb_device(self.port, self.serial, self.manufacturer, self.product) + "\n"
+            + tty(f"ttyACM{self.number}", self.number, self.protocols, self.port, self.serial, self.name))
         # Not inherited: closing it here must hang up the node for whoever opened it.
         self.pty = self.testbed.get_dev_fd(self.node)
         os.set_inheritable(self.pty, False)
@@ -146,7 +177,7 @@ class VirtualSerialAccessory:
         node = os.path.join(self.testbed.get_root_dir(), self.node.lstrip("/"))
         if os.path.lexists(node):
             os.unlink(node)
-        removed = (self.tty_syspath, INTERFACE, USB)
+        removed = (self.tty_syspath, self.interface, self.usb)
         for path in removed:
             self.testbed.uevent(path, "remove")
         for path in removed:

@@ -58,7 +58,15 @@ extension DaemonCore {
                     serialNumber: $0.serialNumber, manufacturer: $0.manufacturer, product: $0.product, revision: $0.deviceRevision)
             })
         guard let accessory = accessoryState.registry.added(observation) else { return }
-        logger.info("accessory connected: \(accessory.info.name) (\(accessory.identity)) at \(node), connection \(accessory.info.connectionID)")
+        let id = accessory.info.connectionID
+        logger.info("accessory connected: \(DeviceText.quoted(accessory.info.name)) (\(DeviceText.escaped(accessory.identity.key))) at \(DeviceText.escaped(node)), connection \(id)")
+        for refusal in accessory.refusedProtocols {
+            logger.warning("accessory connection \(id): protocol string \(DeviceText.quoted(refusal.value)) refused, not offered: \(refusal.reason)")
+        }
+        let others = accessoryState.registry.sharingIdentity(with: accessory)
+        if !others.isEmpty {
+            logger.warning("accessory connection \(id) at \(DeviceText.escaped(node)) claims the same identity (\(DeviceText.escaped(accessory.identity.key))) as connection \(others.map { "\($0.info.connectionID) at \(DeviceText.escaped($0.info.deviceNode))" }.joined(separator: ", ")): both are kept, and a session waiting for this identity reopens only on its own USB port")
+        }
         notifyWatchers("connected", accessory.info)
         for app in notifiedApps(about: accessory.info) {
             deliverAccessoryEvent(AccessoryEventKind.connected, accessory.info, to: app)
@@ -69,7 +77,7 @@ extension DaemonCore {
     private func deviceRemoved(sysPath: String) {
         guard let accessory = accessoryState.registry.removed(sysPath: sysPath) else { return }
         let id = accessory.info.connectionID
-        logger.info("accessory disconnected: \(accessory.info.name), connection \(id)")
+        logger.info("accessory disconnected: \(DeviceText.quoted(accessory.info.name)), connection \(id)")
         // Sessions the hang-up already ended (and kept for reopening) are not ended
         // twice; those still trying to reopen on this connection wait for the next.
         for session in accessoryState.sessions.sessions(of: id) {
@@ -159,6 +167,8 @@ extension DaemonCore {
     func accessoryList(for app: String?) -> AccessoryList {
         let accessories = accessoryState.registry.all.filter { app == nil || canSee(app!, $0) }
         guard app == nil else { return AccessoryList(accessories: accessories) }
-        return AccessoryList(accessories: accessories, sessions: accessoryState.sessions.sessions.keys.sorted().compactMap(sessionInfo))
+        return AccessoryList(
+            accessories: accessories, sessions: accessoryState.sessions.sessions.keys.sorted().compactMap(sessionInfo),
+            problems: accessoryState.registry.problems)
     }
 }

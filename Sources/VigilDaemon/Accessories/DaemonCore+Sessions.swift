@@ -33,7 +33,7 @@ extension DaemonCore {
             throw ProtocolError(.invalidState, "cannot open \(accessory.info.deviceNode): \(error)")
         }
         accessoryState.sessions = sessions
-        logger.info("session \(record.id) opened: \(holder) on \(accessory.info.name) for \(request.protocol) (\(settings))")
+        logger.info("session \(record.id) opened: \(holder) on \(DeviceText.quoted(accessory.info.name)) for \(request.protocol) (\(settings))")
         return SessionOpened(session: record.id, accessory: accessory.info)
     }
 
@@ -82,11 +82,12 @@ extension DaemonCore {
     }
 
     func reopenSessions(for accessory: Accessory) {
-        let waiting = accessoryState.sessions.sessions.values.filter {
-            $0.reopen && $0.identity == accessory.identity && accessoryState.ports[$0.id] == nil
-        }
-        for record in waiting.sorted(by: { $0.id < $1.id }) {
-            accessoryState.sessions.rebind(record.id, to: accessory.info.connectionID)
+        let waiting = accessoryState.sessions.toReopen(
+            on: accessory.info, identity: accessory.identity,
+            byPortOnly: accessoryState.registry.sharedIdentities.contains(accessory.identity),
+            isWaiting: { accessoryState.ports[$0] == nil && accessoryState.reopenRetries[$0] == nil })
+        for record in waiting {
+            accessoryState.sessions.rebind(record.id, to: accessory.info)
             reopen(record.id, on: accessory)
         }
     }
@@ -108,7 +109,7 @@ extension DaemonCore {
                 ?? ReopenRetry(connectionID: connectionID)
             let delay = retry.backoff.failed()
             let vanished = (error as? SystemError).map { [ENOENT, ENXIO, ENODEV, EIO].contains($0.errno.rawValue) } ?? false
-            let message = "session \(id): could not reopen \(accessory.info.deviceNode) (attempt \(retry.backoff.failures)): \(error); it waits for the accessory, next try in \(delay)"
+            let message = "session \(id): could not reopen \(DeviceText.escaped(accessory.info.deviceNode)) (attempt \(retry.backoff.failures)): \(error); it waits for the accessory, next try in \(delay)"
             if vanished { logger.info("\(message)") } else { logger.warning("\(message)") }
             retry.timer = loop.schedule(after: delay) { [unowned self] in
                 self.assumeIsolated { core in

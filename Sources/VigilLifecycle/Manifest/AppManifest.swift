@@ -89,8 +89,8 @@ public struct AppManifest: Sendable, Equatable {
 }
 
 /// Reverse-DNS names (`org.example.app`), used for app ids and protocol strings.
-enum ReverseDNS {
-    static func isValid(_ name: String) -> Bool {
+public enum ReverseDNS {
+    public static func isValid(_ name: String) -> Bool {
         let labels = name.split(separator: ".", omittingEmptySubsequences: false)
         guard labels.count >= 2, name.utf8.count <= 255 else { return false }
         return labels.allSatisfy { label in
