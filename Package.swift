@@ -167,8 +167,7 @@ let package = Package(
         .executableTarget(
             name: "FuzzFrames", dependencies: ["FuzzSupport", "VigilProtocol"], path: "Sources/Fuzz/FuzzFrames", swiftSettings: strict),
         .executableTarget(
-            name: "FuzzGATT", dependencies: ["FuzzSupport", "VigilBluetooth", "VigilProtocol"], path: "Sources/Fuzz/FuzzGATT",
-            swiftSettings: strict),
+            name: "FuzzGATT", dependencies: ["FuzzSupport", "VigilProtocol"], path: "Sources/Fuzz/FuzzGATT", swiftSettings: strict),
 
         .testTarget(name: "VigilSystemTests", dependencies: ["VigilSystem"], swiftSettings: strict),
         .testTarget(name: "VigilProtocolTests", dependencies: ["VigilProtocol"], swiftSettings: strict),

@@ -1,0 +1,150 @@
+#!/usr/bin/python3
+"""The fault suite's app: a logger that acknowledges only what is on disk.
+
+Launched by vigild (a manifest's `exec`). Writes one JSON line per thing it
+receives to --record, and fsyncs it, before it acknowledges: a crash of the
+app or of vigild can then only cause redelivery, never loss, and the record
+file shows the test exactly what arrived, how often and with which flags.
+
+Like VigilKit's `Application`, it connects again when its connection drops
+(vigild restarted) and stops at `unauthorized`/`unsupportedVersion`. After
+each event it says it has finished processing, so vigild may suspend it.
+
+    --accessory-protocol P   keep a `reopen` session with the accessory that
+                             speaks P (opened again after every reconnect)
+    --hold                   leave an event whose attribute `hold` is true
+                             unacknowledged the first time (redelivered
+                             copies are acknowledged), and, since `ack` is
+                             cumulative, every later one on that connection:
+                             the app then holds unacknowledged events
+
+Record lines (`kind`): hello (pid, state, launch), event (seq, eventKind,
+redelivered, attributes, payloadHex, acked), lifecycle, sessionOpened,
+openFailed, dropped (the connection), refused (exit at unauthorized).
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "clients", "python"))
+
+from vigil_client import AppClient, ConnectionClosed, Event, Lifecycle, VigilError  # noqa: E402
+
+# Connect again after 50 ms, doubling up to this (VigilKit's backoff), for at most GIVE_UP s.
+BACKOFF_LIMIT = 1.0
+GIVE_UP = 120.0
+# How often a missing session is asked for again while the app runs.
+REOPEN_EVERY = 0.5
+
+
+class Recorder:
+    def __init__(self, path):
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def __call__(self, **fields):
+        fields.update(pid=os.getpid(), t=time.monotonic())
+        # One write per line on O_APPEND, then fsync: the line is whole and durable before any ack.
+        os.write(self.fd, (json.dumps(fields, sort_keys=True) + "\n").encode())
+        os.fsync(self.fd)
+
+
+def connect(record, socket_path):
+    """An AppClient, retrying while no daemon listens; None when refused for good."""
+    pause, deadline = 0.05, time.monotonic() + GIVE_UP
+    while True:
+        try:
+            return AppClient(socket_path)
+        except VigilError as error:
+            if error.code in ("unauthorized", "unsupportedVersion") or time.monotonic() > deadline:
+                record(kind="refused", code=error.code, error=error.message)
+                return None
+        except OSError:
+            if time.monotonic() > deadline:
+                record(kind="refused", code="unreachable", error="no daemon")
+                return None
+        time.sleep(pause)
+        pause = min(pause * 2, BACKOFF_LIMIT)
+
+
+def serve(app, record, options):
+    """One connection's life; returns True to connect again, False to exit."""
+    record(kind="hello", app=app.app_id, state=app.state, launch=app.launch)
+    session = None
+    tried = 0.0
+
+    def open_session():
+        nonlocal session, tried
+        tried = time.monotonic()
+        for accessory in app.accessories():
+            if options.accessory_protocol not in accessory["protocolStrings"]:
+                continue
+            try:
+                reply = app.open_session(accessory["connectionID"], options.accessory_protocol, reopen=True)
+            except VigilError as error:
+                record(kind="openFailed", code=error.code, error=error.message)
+                continue
+            session = reply["session"]
+            record(kind="sessionOpened", session=session, connectionID=accessory["connectionID"])
+            return
+
+    if options.accessory_protocol:
+        app.register_for_accessory_notifications()
+        open_session()
+    holding = False  # `ack` is cumulative: nothing after a held event is acknowledged on this connection
+    while True:
+        if options.accessory_protocol and session is None and time.monotonic() - tried > REOPEN_EVERY:
+            open_session()
+        item = app.next_event(timeout=REOPEN_EVERY)
+        if item is None:
+            continue
+        if isinstance(item, Lifecycle):
+            record(kind="lifecycle", event=item.event, state=item.state)
+            if item.event == "willTerminate":
+                return False
+            continue
+        if not isinstance(item, Event):
+            continue
+        holding = holding or (options.hold and item.attributes.get("hold") is True and not item.redelivered)
+        record(kind="event", seq=item.seq, eventKind=item.kind, redelivered=item.redelivered,
+               attributes=item.attributes, payloadHex=item.payload.hex(), acked=not holding)
+        if item.kind == "session.closed" and item.attributes.get("session") == session \
+                and not item.attributes.get("willReopen"):
+            session = None
+        elif item.kind == "accessory.connected" and session is None and options.accessory_protocol:
+            open_session()
+        if not holding:
+            app.ack(item.seq)
+        app.finished_processing()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--record", required=True)
+    parser.add_argument("--socket", default=None)
+    parser.add_argument("--accessory-protocol", default=None)
+    parser.add_argument("--hold", action="store_true")
+    options = parser.parse_args()
+    record = Recorder(options.record)
+    while True:
+        app = connect(record, options.socket)
+        if app is None:
+            return 1
+        try:
+            with app:
+                if not serve(app, record, options):
+                    return 0
+        except ConnectionClosed as error:
+            record(kind="dropped", error=error.message)
+        except VigilError as error:
+            if error.code in ("unauthorized", "unsupportedVersion"):
+                record(kind="refused", code=error.code, error=error.message)
+                return 1
+            # A request failed with the connection still up: start over on a new one.
+            record(kind="dropped", error=f"{error.code}: {error.message}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
