@@ -9,6 +9,11 @@ import VigilDBus
 public struct BlueZObjectTree: Sendable, Equatable {
     /// path -> interface -> property -> value.
     public private(set) var objects: [ObjectPath: [String: [String: DBusValue]]] = [:]
+    /// Counts the changes applied; each property remembers the count of its
+    /// last change, so a re-read can tell which of its values a signal has
+    /// overtaken (see `reread`).
+    public private(set) var revision = 0
+    private var changedAt: [ObjectPath: [String: [String: Int]]] = [:]
 
     public init() {}
 
@@ -31,13 +36,22 @@ public struct BlueZObjectTree: Sendable, Equatable {
 
     /// InterfacesAdded(o path, a{sa{sv}} interfaces).
     public mutating func interfacesAdded(_ path: ObjectPath, _ interfaces: DBusValue) {
-        objects[path, default: [:]].merge(Self.interfaces(interfaces)) { _, new in new }
+        let added = Self.interfaces(interfaces)
+        objects[path, default: [:]].merge(added) { _, new in new }
+        revision += 1
+        for (interface, properties) in added { touch(path, interface, properties.keys) }
     }
 
     /// InterfacesRemoved(o path, as interfaces): the object goes with its last interface.
     public mutating func interfacesRemoved(_ path: ObjectPath, _ names: [String]) {
-        for name in names { objects[path]?[name] = nil }
-        if objects[path]?.isEmpty == true { objects[path] = nil }
+        for name in names {
+            objects[path]?[name] = nil
+            changedAt[path]?[name] = nil
+        }
+        if objects[path]?.isEmpty == true {
+            objects[path] = nil
+            changedAt[path] = nil
+        }
     }
 
     /// PropertiesChanged(s interface, a{sv} changed, as invalidated) on `path`.
@@ -47,6 +61,30 @@ public struct BlueZObjectTree: Sendable, Equatable {
         guard objects[path]?[interface] != nil else { return }
         for (name, value) in changed { objects[path]![interface]![name] = value.unwrapped }
         for name in invalidated { objects[path]![interface]![name] = nil }
+        revision += 1
+        touch(path, interface, changed.keys)
+        touch(path, interface, invalidated)
+    }
+
+    /// A re-read of one interface's properties (Properties.GetAll), asked for
+    /// when the mirror was at `revision`: applies the values that differ from
+    /// the mirror, except where a signal changed the property since (the
+    /// signal may be newer than the reply: replies resume later than signals
+    /// are applied). Returns what it changed; empty for an unknown object.
+    public mutating func reread(_ path: ObjectPath, interface: String, properties: [String: DBusValue], since revision: Int) -> [String: DBusValue] {
+        guard let current = objects[path]?[interface] else { return [:] }
+        var changed: [String: DBusValue] = [:]
+        for (name, value) in properties {
+            let value = value.unwrapped
+            guard current[name] != value, changedAt[path]?[interface]?[name] ?? 0 <= revision else { continue }
+            changed[name] = value
+        }
+        if !changed.isEmpty { propertiesChanged(path, interface: interface, changed: changed, invalidated: []) }
+        return changed
+    }
+
+    private mutating func touch(_ path: ObjectPath, _ interface: String, _ names: some Sequence<String>) {
+        for name in names { changedAt[path, default: [:]][interface, default: [:]][name] = revision }
     }
 
     // MARK: Reading

@@ -174,6 +174,34 @@ extension BluetoothCentral {
         }
     }
 
+    /// Reads one object's interface afresh (Properties.GetAll) into the
+    /// mirror and reacts to what differed as to a PropertiesChanged: for when
+    /// BlueZ's word (a Connect reply) and the mirror disagree, i.e. a signal
+    /// was lost, merged into another or came before we listened. Returns
+    /// false if the read failed or BlueZ changed meanwhile.
+    @discardableResult
+    func reread(_ path: ObjectPath, interface: String) async -> Bool {
+        guard let bus, let owner = bluezOwner, !loading else { return false }
+        let since = tree.revision
+        let reply: [DBusValue]
+        do {
+            reply = try await bus.call(
+                destination: BlueZ.service, path: path, interface: BlueZ.properties, member: "GetAll",
+                arguments: [.string(interface)], timeout: .seconds(10))
+        } catch {
+            log("bluetooth: reading \(path) afresh failed: \(error)")
+            return false
+        }
+        guard bluezOwner == owner, !loading, let properties = reply.first?.dictionaryStringVariant else { return false }
+        let before = tree.properties(path, interface)
+        let changed = tree.reread(path, interface: interface, properties: properties, since: since)
+        guard !changed.isEmpty else { return true }
+        let names = changed.keys.sorted().map { name in "\(name)=\(changed[name]!.bool.map(String.init) ?? "\(changed[name]!)")" }.joined(separator: " ")
+        log("bluetooth: \(path) read afresh differs from the signals seen: \(names)")
+        propertiesChanged(path, interface: interface, changed: changed, before: before)
+        return true
+    }
+
     private func objectAppeared(_ path: ObjectPath, interfaces: Set<String>) {
         if interfaces.contains(BlueZ.adapter) { stateMayHaveChanged(); reconcileEverything() }
         if interfaces.contains(BlueZ.device), let device = tree.device(at: path) {

@@ -12,22 +12,32 @@ extension BluetoothCentral {
     /// Brings the link to what clients want: up while any wants it, down
     /// (if vigild brought it up) when none does.
     func reconcileLink(_ address: String) {
+        guard bus != nil, bluezOwner != nil, !loading else { return }
+        let device = tree.device(address: address)
+        // The mirror decides, whatever told it (a signal, an InterfacesAdded
+        // that already says Connected, a snapshot, a re-read), and a change
+        // goes through connectedChanged: the one place that announces it.
+        if let device, device.connected != (links[address]?.connected ?? false) {
+            connectedChanged(device)
+            if !device.connected { return }  // connectedChanged reconciled again
+        }
         var link = links[address] ?? Link()
         var forget = false
         defer { links[address] = forget ? nil : link }
-        guard bus != nil, bluezOwner != nil, !loading else { return }
-        let device = tree.device(address: address)
-        link.connected = device?.connected ?? false
         if wanted(address) {
             guard let device, !link.connected, !link.connecting, link.retry == nil,
-                  let adapter = tree.device(address: address)?.adapter.flatMap(tree.adapter(at:)), adapter.powered
+                  let adapter = device.adapter.flatMap(tree.adapter(at:)), adapter.powered
             else {
                 if device == nil { reconcileDiscovery() }  // find it first
                 return
             }
             link.connecting = true
-            let attempt = link.failures + 1
-            Task { await self.connect(device.path, address: address, attempt: attempt) }
+            // Not a count: a forgotten link's late reply must not match a new one's.
+            link.attempt = Int.random(in: 1...Int.max)
+            let attempt = link.attempt
+            let number = link.failures + 1
+            link.watchdog = scheduleConnectCheck(device.path, address: address, attempt: attempt, waited: .zero)
+            Task { await self.connect(device.path, address: address, attempt: attempt, number: number) }
         } else {
             link.cancelAttempt(loop: loop)
             if link.connected && link.ours, let device {
@@ -38,34 +48,87 @@ extension BluetoothCentral {
         }
     }
 
-    private func connect(_ path: ObjectPath, address: String, attempt: Int) async {
+    /// How long a Connect call may be in flight before BlueZ's state is
+    /// checked (and again as often while it stays in flight).
+    static let connectCheckInterval: Duration = .seconds(5)
+
+    private func connect(_ path: ObjectPath, address: String, attempt: Int, number: Int) async {
         guard let bus else { return }
         do {
             // BlueZ answers when the link is up or its own attempt failed; it
             // has no notion of "pending forever", so that is ours to do.
             _ = try await bus.call(destination: BlueZ.service, path: path, interface: BlueZ.device, member: "Connect", timeout: .seconds(60))
-            links[address]?.connecting = false
+            guard links[address]?.attempt == attempt else { return }
             links[address]?.ours = true
-            links[address]?.failures = 0
-            if let device = tree.device(address: address), device.connected { connectedChanged(device) }
+            await confirmConnected(path, address: address, attempt: attempt, reply: "Connect succeeded")
         } catch let error as DBusError {
-            links[address]?.connecting = false
+            guard links[address]?.attempt == attempt else { return }
             switch error.name {
             case BlueZ.Error.alreadyConnected:
-                links[address]?.failures = 0
-                if let device = tree.device(address: address) { connectedChanged(device) }
+                await confirmConnected(path, address: address, attempt: attempt, reply: "BlueZ says already connected")
             case BlueZ.Error.inProgress:
+                endAttempt(address)
                 // Someone's attempt (maybe ours, before a restart) is under way:
                 // Connected will change; check again later in case it never does.
                 scheduleRetry(address, after: .seconds(2), reason: "a connect is already in progress")
             default:
+                endAttempt(address)
+                // Up anyway (announced by a check while the call was out): nothing to retry.
+                if links[address]?.connected == true { return }
                 links[address]?.failures += 1
                 let delay = links[address]?.backoff ?? .seconds(1)
-                scheduleRetry(address, after: delay, reason: "attempt \(attempt) failed: \(error.name) \(error.message)")
+                scheduleRetry(address, after: delay, reason: "attempt \(number) failed: \(error.name) \(error.message)")
             }
         } catch {
-            links[address]?.connecting = false
+            guard links[address]?.attempt == attempt else { return }
+            endAttempt(address)
+            log("bluetooth: \(address): attempt \(number) ended: \(error)")
         }
+    }
+
+    private func endAttempt(_ address: String) {
+        links[address]?.connecting = false
+        links[address]?.stopWatchdog(loop: loop)
+    }
+
+    /// BlueZ said the link is up (Connect's reply, or AlreadyConnected); its
+    /// state, not the reply, decides. A mirror that missed Connected is put
+    /// right by a re-read (which announces the link); a link that is not up
+    /// after all is tried again, so a connect never stalls on a lost signal.
+    private func confirmConnected(_ path: ObjectPath, address: String, attempt: Int, reply: String) async {
+        if tree.device(address: address)?.connected != true {
+            await reread(path, interface: BlueZ.device)
+        }
+        guard links[address]?.attempt == attempt else { return }
+        endAttempt(address)
+        if let device = tree.device(address: address), device.connected {
+            connectedChanged(device)  // announces it to whoever has not heard
+        } else {
+            links[address]?.failures += 1
+            let delay = links[address]?.backoff ?? .seconds(1)
+            scheduleRetry(address, after: delay, reason: "\(reply) but BlueZ reports it not connected")
+        }
+    }
+
+    /// While a Connect call is in flight: read the device afresh (a Connected
+    /// the signals did not bring is announced by that) and say how long it has
+    /// been, then check again.
+    private func scheduleConnectCheck(_ path: ObjectPath, address: String, attempt: Int, waited: Duration) -> TimerID {
+        let interval = Self.connectCheckInterval
+        return loop.schedule(after: interval) { [weak self] in
+            self?.assumeIsolated { central in
+                guard central.links[address]?.attempt == attempt, central.links[address]?.connecting == true else { return }
+                Task { await central.checkPendingConnect(path, address: address, attempt: attempt, waited: waited + interval) }
+            }
+        }
+    }
+
+    private func checkPendingConnect(_ path: ObjectPath, address: String, attempt: Int, waited: Duration) async {
+        await reread(path, interface: BlueZ.device)
+        guard links[address]?.attempt == attempt, links[address]?.connecting == true else { return }
+        let connected = tree.device(address: address)?.connected ?? false
+        log("bluetooth: \(address): Connect still unanswered after \(waited); BlueZ reports Connected=\(connected)")
+        links[address]?.watchdog = connected ? nil : scheduleConnectCheck(path, address: address, attempt: attempt, waited: waited)
     }
 
     private func scheduleRetry(_ address: String, after delay: Duration, reason: String) {

@@ -6,6 +6,10 @@ struct Link {
     var connected = false
     /// A Device1.Connect call is in flight.
     var connecting = false
+    /// Tells Connect calls apart, so a late reply or check acts only on its own attempt.
+    var attempt = 0
+    /// Re-checks BlueZ's state while a Connect call is in flight.
+    var watchdog: TimerID?
     /// Failed attempts since the link was last up: the backoff grows with them.
     var failures = 0
     var retry: TimerID?
@@ -15,7 +19,13 @@ struct Link {
     mutating func cancelAttempt(loop: EventLoop) {
         if let retry { loop.cancelTimer(retry) }
         retry = nil
+        stopWatchdog(loop: loop)
         connecting = false
+    }
+
+    mutating func stopWatchdog(loop: EventLoop) {
+        if let watchdog { loop.cancelTimer(watchdog) }
+        watchdog = nil
     }
 
     /// 0.5 s, 1 s, 2 s, ... at most 8 s: a device that comes back is found

@@ -79,6 +79,24 @@ struct BlueZObjectTreeTests {
         #expect(tree.services(of: Self.device).count == 1, "children go by their own InterfacesRemoved")
     }
 
+    @Test func aRereadFillsInWhatNoSignalSaidButNotWhatASignalChangedSince() {
+        var tree = BlueZObjectTree(managedObjects: Self.managed(Self.snapshot))
+        let asked = tree.revision
+        // While GetAll was out, a signal said RSSI changed; the reply (possibly
+        // older than that signal) says Connected and ServicesResolved, and an older RSSI.
+        tree.propertiesChanged(Self.device, interface: BlueZ.device, changed: ["RSSI": .variant(.int16(-40))], invalidated: [])
+        let changed = tree.reread(Self.device, interface: BlueZ.device, properties: [
+            "Connected": .variant(.bool(true)), "ServicesResolved": .variant(.bool(true)), "RSSI": .variant(.int16(-70)),
+            "Alias": .variant(.string("Vigil HRM")),
+        ], since: asked)
+        #expect(Set(changed.keys) == ["Connected", "ServicesResolved"], "the same Alias is no change; RSSI is the signal's")
+        #expect(tree.device(at: Self.device)?.connected == true)
+        #expect(tree.device(at: Self.device)?.servicesResolved == true)
+        #expect(tree.device(at: Self.device)?.rssi == -40)
+        #expect(tree.reread("/org/bluez/hci0/dev_00_00_00_00_00_09", interface: BlueZ.device, properties: [
+            "Connected": .bool(true)], since: tree.revision).isEmpty, "an object the mirror lacks is not invented")
+    }
+
     @Test func mistypedPropertiesReadAsAbsent() {
         let tree = BlueZObjectTree(managedObjects: Self.managed([
             Self.device: [BlueZ.device: ["Address": .uint32(7), "RSSI": .string("loud"), "Connected": .string("yes")]],

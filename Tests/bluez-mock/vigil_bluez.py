@@ -144,6 +144,7 @@ class _Dev:
         self.connect_delay = 0.05
         self.resolve_delay = 0.05
         self.away = False
+        self.quiet = False              # Connect's property changes are not signalled
         self.snapshot = None            # [(path, props)] while removed
         self.next_handle = 0x000a
         self.gatt = []                  # GATT object paths, creation order
@@ -470,6 +471,10 @@ def _add_le_device(adapter, address, name, props):
     for k, v in (props or {}).items():
         p[str(k)] = v
     S.devices[path] = _Dev(adapter_path)
+    if p.get('Connected'):
+        # Appears connected (bluetoothd merges the change into InterfacesAdded
+        # when it creates a device for a link): no PropertiesChanged follows.
+        S.devices[path].state = 'connected'
     _export(path, {DEVICE_IFACE: p})
     _emit_added(path)
     return path
@@ -531,7 +536,7 @@ def _connect_step(path, gen):
     if o is None:
         return
     d.state = 'connected'
-    _set_props(o, DEVICE_IFACE, {'Connected': dbus.Boolean(True)})
+    _set_props(o, DEVICE_IFACE, {'Connected': dbus.Boolean(True)}, emit=not d.quiet)
     _later(d.resolve_delay, _resolve_step, path, gen)
 
 
@@ -542,7 +547,7 @@ def _resolve_step(path, gen):
     o = mockobject.objects.get(path)
     if o is None:
         return
-    _set_props(o, DEVICE_IFACE, {'ServicesResolved': dbus.Boolean(True)})
+    _set_props(o, DEVICE_IFACE, {'ServicesResolved': dbus.Boolean(True)}, emit=not d.quiet)
     pending, d.pending = d.pending, []
     for reply_cb, _e, _s in pending:
         reply_cb()
@@ -1239,6 +1244,24 @@ def _c_fail(o, s, dev, name, msg, count):
     d.fail_queue.extend([(str(name), str(msg))] * int(count))
 
 
+def _c_connect_signals(o, s, dev, emit):
+    _dev(dev).quiet = not bool(emit)
+
+
+def _c_connect_silently(o, s, dev):
+    dev = str(dev)
+    d = _dev(dev)
+    if d.state == 'connected':
+        raise _err('org.bluez.Error.AlreadyConnected', 'Already Connected')
+    d.state = 'connected'
+    d.gen += 1
+    _set_props(_obj(dev), DEVICE_IFACE,
+               {'Connected': dbus.Boolean(True), 'ServicesResolved': dbus.Boolean(True)}, emit=False)
+    pending, d.pending = d.pending, []
+    for reply_cb, _e, _s in pending:
+        reply_cb()
+
+
 def _c_set_advertisement(o, s, dev, props):
     obj = _obj(dev)
     _set_props(obj, DEVICE_IFACE, props)
@@ -1418,6 +1441,8 @@ CONTROL_METHODS = [
     ('FailNextConnect', 'osu', '', lambda o, s, d, n, c: _c_fail(o, s, d, n, '', c), False),
     ('FailNextConnectWithMessage', 'ossu', '', _c_fail, False),
     ('SetConnectDelay', 'od', '', _c_connect_delay, False),
+    ('SetConnectSignals', 'ob', '', _c_connect_signals, False),
+    ('ConnectSilently', 'o', '', _c_connect_silently, False),
     ('SetResolveDelay', 'od', '', _c_resolve_delay, False),
     ('Notify', 'oay', 'u', lambda o, s, c, v: dbus.UInt32(_notify(c, v)), False),
     ('NotifyHeartRate', 'oqaq', 'u', _c_notify_hr, False),

@@ -273,6 +273,58 @@ class BluetoothCentralTests(unittest.TestCase):
         self.mock.control.DeviceBack(self.hrm)
         self.push(c, "ble.connected", timeout=30)
 
+    # A connect never stalls: BlueZ's state decides, not the signals vigild
+    # happened to see (issue 10, item 16: a bridge stayed at "connecting"
+    # while the link was up and bluetoothd said "already connected").
+
+    def test_connect_completes_when_bluez_never_signals_connected(self):
+        # Connect replies and the link is up, but no PropertiesChanged says so
+        # (lost, merged into another signal, or sent before vigild listened).
+        c = self.control
+        c.request("ble.registerCentral")
+        self.mock.control.SetConnectSignals(self.hrm, False)
+        c.request("ble.connect", peripheral=HRM)
+        self.push(c, "ble.connected")
+        # The re-read brought ServicesResolved too: GATT works.
+        self.assertEqual(c.request("ble.read", peripheral=HRM, service=HRS, characteristic=BODY_LOCATION).body, b"\x01")
+        self.assertEqual(len(self.calls("Connect")), 1)
+
+    def test_connect_completes_when_bluez_says_already_connected(self):
+        # The link is up with no signal ever seen: vigild's Connect gets AlreadyConnected.
+        c = self.control
+        c.request("ble.registerCentral")
+        self.mock.control.ConnectSilently(self.hrm)
+        c.request("ble.connect", peripheral=HRM)
+        self.push(c, "ble.connected")
+        self.assertEqual(c.request("ble.read", peripheral=HRM, service=HRS, characteristic=BODY_LOCATION).body, b"\x01")
+        self.assertEqual(len(self.calls("Connect")), 1, "answered AlreadyConnected, and that was enough")
+
+    def test_a_device_that_appears_connected_is_announced(self):
+        # bluetoothd creates a device for a link with Connected=true in its
+        # InterfacesAdded and sends no PropertiesChanged for it.
+        c = self.control
+        c.request("ble.registerCentral")
+        late = "AA:BB:CC:DD:EE:02"
+        c.request("ble.connect", peripheral=late)
+        self.wait_until(lambda: self.calls("StartDiscovery"), "discovery for the unknown device")
+        self.mock.control.AddLEDevice("hci0", late, "Late HRM", {"Connected": self.dbus.Boolean(True)})
+        self.push(c, "ble.connected", where=lambda m: m["attributes"]["peripheral"] == late)
+
+    def test_a_connect_left_unanswered_is_checked_and_announced(self):
+        # The link comes up without a signal and Connect's reply does not come
+        # (BlueZ still resolving): vigild's check of the pending connect finds it.
+        c = self.control
+        c.request("ble.registerCentral")
+        self.mock.control.SetConnectSignals(self.hrm, False)
+        self.mock.control.SetResolveDelay(self.hrm, 600.0)
+        c.request("ble.connect", peripheral=HRM)
+        self.push(c, "ble.connected", timeout=30)
+
+        def logged():
+            with open(f"{self.dir}/vigild.log") as log:
+                return "Connect still unanswered" in log.read()
+        self.wait_until(logged, "the pending connect's check in vigild's log")
+
     def test_subscriptions_come_back_after_a_link_loss_and_a_bluetoothd_restart(self):
         c = self.control
         self.connected_and_subscribed(c)
