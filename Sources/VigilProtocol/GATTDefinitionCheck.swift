@@ -1,8 +1,8 @@
-import VigilProtocol
-
 /// Checks an app's service definition before BlueZ sees it, and returns it
 /// with canonical UUIDs. BlueZ would refuse some mistakes only vaguely (or
 /// accept them and misbehave with a central): say exactly what is wrong.
+/// Pure (definitions in, definition or error out), so it lives with the
+/// definitions and is fuzzed without the D-Bus stack (Sources/Fuzz/FuzzGATT).
 public enum GATTDefinitionCheck {
     static let properties: Set<String> = [
         "broadcast", "read", "write-without-response", "write", "notify", "indicate", "authenticated-signed-writes",

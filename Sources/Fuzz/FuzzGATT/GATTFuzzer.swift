@@ -1,5 +1,4 @@
 import Foundation
-import VigilBluetooth
 import VigilProtocol
 
 /// A GATT service definition as an app sends it (`ble.addService`'s `service`,
