@@ -114,8 +114,8 @@ class AppKillTests(unittest.TestCase):
         print(f"  sent {len(sent)}, held at the kills {len(held_at_kill)}, redelivered {len(redelivered)}, "
               f"lost {len(lost)}, not redelivered {len(not_redelivered)}, unflagged copies {len(unflagged)}, "
               f"acknowledged events delivered again {len(acked_again)}; relaunches {relaunches}, "
-              f"app processes {processes}, nudges {len(nudges)} (an event sent to wake an app suspended "
-              f"before it took its redelivered events)")
+              f"app processes {processes}, nudges {len(nudges)} (events sent to wake an app suspended "
+              f"before it took its queued events)")
         problems = [f"{name} {value}" for name, value in (
             ("lost", lost), ("not redelivered", not_redelivered), ("unflagged", unflagged)) if value]
         if stuck:

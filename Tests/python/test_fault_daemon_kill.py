@@ -9,8 +9,11 @@ printed, VIGIL_FAULT_SEED replays it) 20 times and restarted at once in the
 same testbed with the same state folder. Once the stream stops, the stored
 records are counted against the emitted ones.
 
-Run twice: with the cgroup freezer (a second cgroup2 mount lets the daemon in
-the testbed use it) and with the signal fallback (`suspension = "signal"`).
+Run with the app in the background (suspended between bursts), with the cgroup
+freezer (a second cgroup2 mount lets the daemon in the testbed use it) and
+with the signal fallback (`suspension = "signal"`); and a third time with the
+app kept in the foreground (never suspended), which measures what the daemon
+itself keeps across its crash apart from adoption and wakes.
 
 Figures: emitted, stored, lost, duplicated, reordered, corrupt; session data
 events, redelivered copies (allowed: flagged), unflagged duplicates, sequence
@@ -23,7 +26,7 @@ Definitions:
 - stored: distinct record numbers with a valid checksum in the stream the app
   stored, each event taken once (see fault_harness.analyse_stream);
 - lost: emitted records (last byte written into the pty) not stored once the
-  stream has stopped and the app has had 10 s without progress to catch up;
+  stream has stopped and the app has had 5 s without progress to catch up;
 - reused: an event whose sequence number the app had already received for
   other content (a new event under an old number);
 - unflagged duplicate: an event received again with the same content and
@@ -41,7 +44,7 @@ import unittest
 from fault_harness import (
     FAULT_APP, PYTHON, VIGILD, Emitter, SecondCgroupMount, TestbedDaemon, analyse_stream, app_info,
     app_manifest, cgroup_frozen, connect_control, daemon_config, decisions_in_log, freezer_available, kill_all,
-    log_tail, process_state, processes_with, read_jsonl, remove_cgroup_tree, seed, stranded, wait_for,
+    VigilError, log_tail, process_state, processes_with, read_jsonl, remove_cgroup_tree, seed, stranded, wait_for,
 )
 
 APP = "org.vigil.test.faultlogger"
@@ -51,7 +54,7 @@ RATE = 250
 # Kill moments: this long after the restarted daemon first answers.
 KILL_DELAY = (0.1, 1.6)
 # After the stream stops: how long the app may go without storing anything before what is missing counts as lost.
-DRAIN_QUIET = 10.0
+DRAIN_QUIET = 5.0
 DRAIN_LIMIT = 60.0
 
 
@@ -74,7 +77,12 @@ class DaemonKillTests(unittest.TestCase):
     def test_sigkill_during_a_stream_with_the_signal_fallback(self):
         self.run_variant("signal")
 
-    def run_variant(self, suspension):
+    def test_sigkill_during_a_stream_with_the_app_in_the_foreground(self):
+        # Never suspended: what the daemon itself keeps across its crash (the
+        # data it read, its sequence numbers), apart from adoption and wakes.
+        self.run_variant("signal", foreground=True)
+
+    def run_variant(self, suspension, foreground=False):
         value = seed()
         rng = random.Random(value)
         root = tempfile.mkdtemp(prefix="vigil-fault-kill-")
@@ -91,7 +99,10 @@ class DaemonKillTests(unittest.TestCase):
         with open(os.path.join(root, "apps", APP + ".toml"), "w") as manifest:
             manifest.write(app_manifest(APP, [PYTHON, FAULT_APP, "--record", record, "--accessory-protocol", PROTOCOL],
                                         modes=["external-accessory"], protocols=[PROTOCOL]))
-        daemon = TestbedDaemon(root, daemon_config(root, suspension, cgroup_root))
+        # In the foreground variant the adopted app (background, with a fresh grace period) is brought back
+        # to the foreground after each restart, well within the grace.
+        timings = {"suspend-grace": 5.0} if foreground else None
+        daemon = TestbedDaemon(root, daemon_config(root, suspension, cgroup_root, timings))
         self.addCleanup(daemon.close)
         app_records = lambda: read_jsonl(record)  # noqa: E731
 
@@ -107,7 +118,8 @@ class DaemonKillTests(unittest.TestCase):
             control.app_action("launch", APP)
             self.assertTrue(wait_for(lambda: any(r["kind"] == "sessionOpened" for r in app_records()), 20),
                             "the app opened no session" + context())
-            control.app_action("background", APP)
+            if not foreground:
+                control.app_action("background", APP)
 
         emitter = Emitter(daemon, rate=RATE, seed_value=value)
         emitter.start()
@@ -116,7 +128,7 @@ class DaemonKillTests(unittest.TestCase):
                         "no record reached the app" + context())
 
         at_kill = {"running": 0, "suspended (stopped)": 0, "suspended (frozen)": 0, "not running": 0}
-        delays, kill_times = [], []
+        delays, kill_times, foreground_refused = [], [], []
         for _ in range(KILLS):
             delays.append(rng.uniform(*KILL_DELAY))
             time.sleep(delays[-1])  # a random moment, not a condition
@@ -125,6 +137,12 @@ class DaemonKillTests(unittest.TestCase):
             kill_times.append(time.monotonic())
             os.kill(old, signal.SIGKILL)
             daemon.wait_ready(not_pid=old)
+            if foreground:
+                with connect_control(daemon.socket) as control:
+                    try:
+                        control.app_action("foreground", APP)
+                    except VigilError as error:
+                        foreground_refused.append(error.message)
         emitter.stop()
 
         # Let the app catch up: done when everything emitted is stored, or nothing moves for DRAIN_QUIET s.
@@ -153,7 +171,8 @@ class DaemonKillTests(unittest.TestCase):
         processes = len({r["pid"] for r in app_records() if r["kind"] == "hello"})
         duration = emitter.stopped_at - emitter.started_at
 
-        print(f"\ndaemon SIGKILL during a stream, suspension = {suspension}: seed {value} (VIGIL_FAULT_SEED), "
+        print(f"\ndaemon SIGKILL during a stream, suspension = {suspension}"
+              f"{', app in the foreground' if foreground else ''}: seed {value} (VIGIL_FAULT_SEED), "
               f"{KILLS} kills {', '.join(f'{d:.2f}' for d in delays)} s after each restart")
         print(f"  emitted {emitted} records in {duration:.1f} s ({emitted / duration:.0f}/s), "
               f"held back {emitter.held_back} times; drain {drain:.1f} s")
@@ -171,6 +190,8 @@ class DaemonKillTests(unittest.TestCase):
             kills_before = sum(1 for t in kill_times if t < last_data)
             print(f"  the app stored its last data {last_data - emitter.started_at:.1f} s into the stream, "
                   f"after {kills_before} of {KILLS} kills")
+        if foreground_refused:
+            print(f"  foreground refused {len(foreground_refused)} times: {foreground_refused[0]}")
         print(f"  adopted {adopted}, relaunched {relaunched}, app processes {processes}, refused {len(refused)}"
               + (f" ({refused[0]['code']}: {refused[0]['error']})" if refused else ""))
         print(f"  at the end: app {info['state']} (pid {info['pid']}); left stopped {len(left_stopped)}, "

@@ -153,8 +153,8 @@ class DaemonStopTests(unittest.TestCase):
               f"{figures['delivered_after']}, lost {figures['lost']}, more than once after the restart "
               f"{figures['twice_after']}, unflagged {figures['unflagged']}")
         print(f"  adopted {figures['adopted']} of {len(ROUNDS)}, left stopped {figures['left_stopped']}, "
-              f"left frozen {figures['left_frozen']}, nudges {len(nudges)} (an event sent to wake an app "
-              f"suspended before it took its redelivered events)")
+              f"left frozen {figures['left_frozen']}, nudges {len(nudges)} (events sent to wake an app "
+              f"suspended before it took its queued events)")
         for name in ("reused", "lost", "twice_after", "unflagged", "left_stopped", "left_frozen"):
             if figures[name]:
                 failures.append(f"{name} {figures[name]}")
