@@ -5,7 +5,7 @@
 //   C shims / system libraries  CVigilShim
 //   typed system wrappers        VigilSystem (event loop, sockets, cgroups, spawn),
 //                                VigilUdev, VigilSerial, VigilDBus
-//   wire format                  VigilProtocol
+//   wire format, TOML            VigilProtocol, VigilTOML
 //   domain                       VigilLifecycle (manifests, config, lifecycle engine),
 //                                VigilAccessories, VigilBluetooth
 //   daemon, client, CLI          VigilDaemon + vigild, VigilKit, vigilctl, examples
@@ -32,7 +32,6 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
-        .package(url: "https://github.com/LebJe/TOMLKit", exact: "0.6.0"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
     ],
     targets: [
@@ -63,8 +62,7 @@ let package = Package(
         .target(
             name: "VigilLifecycle",
             dependencies: [
-                "VigilProtocol",
-                .product(name: "TOMLKit", package: "TOMLKit"),
+                "VigilProtocol", "VigilTOML",
             ],
             swiftSettings: strict
         ),

@@ -8,6 +8,15 @@ struct DaemonConfigTests {
     let file = "/etc/vigil/vigild.toml"
     let defaults = DaemonConfig(system: true)
 
+    func configProblem(_ text: String) -> ManifestProblem? {
+        do {
+            _ = try DaemonConfig.parse(text, file: file, defaults: defaults)
+            return nil
+        } catch {
+            return error
+        }
+    }
+
     @Test func defaultsMatchTheBackgroundModel() {
         let timings = Timings()
         #expect(timings.suspendGrace == 5)
@@ -111,6 +120,151 @@ struct DaemonConfigTests {
         } catch {
             #expect(error.file == file)
             #expect(error.field == field)
+        }
+    }
+
+    /// Every numeric key has a range; a value outside it is refused with the
+    /// key, the value and the range (issue 10, item 2: 1e300 trapped later).
+    @Test(arguments: [
+        ("[timings]\nsuspend-grace = 1e300", "timings.suspend-grace", "1e+300 is out of range: must be a number of seconds from 0.1 to 86400"),
+        ("[timings]\nsuspend-grace = 0", "timings.suspend-grace", "0 is out of range: must be a number of seconds from 0.1 to 86400"),
+        ("[timings]\nsuspend-grace = 0.05", "timings.suspend-grace", "0.05 is out of range"),
+        ("[timings]\nsuspend-grace = nan", "timings.suspend-grace", "nan is out of range"),
+        ("[timings]\nsuspend-grace = inf", "timings.suspend-grace", "inf is out of range"),
+        ("[timings]\nwake-budget = 86401", "timings.wake-budget", "86401 is out of range: must be a number of seconds from 0.1 to 86400"),
+        ("[timings]\nbackground-time-limit = 0.5", "timings.background-time-limit", "from 1 to 86400"),
+        ("[timings]\nexpiration-warning = -1", "timings.expiration-warning", "-1 is out of range: must be a number of seconds from 0 to 86400"),
+        ("[timings]\nexit-grace = 3601", "timings.exit-grace", "from 0.1 to 3600"),
+        ("[timings]\nrelaunch-window = 0", "timings.relaunch-window", "from 1 to 86400"),
+        ("[timings]\nrelaunch-limit = 0", "timings.relaunch-limit", "0 is out of range: must be an integer from 1 to 1000"),
+        ("[timings]\nrelaunch-limit = 1001", "timings.relaunch-limit", "1001 is out of range"),
+        ("event-queue-limit = 9223372036854775807", "event-queue-limit",
+         "9223372036854775807 is out of range: must be an integer from 1 to 1000000"),
+        ("event-queue-limit = -9223372036854775808", "event-queue-limit", "-9223372036854775808 is out of range"),
+        ("event-queue-limit = 0", "event-queue-limit", "0 is out of range"),
+        ("decision-log-size = 100001", "decision-log-size", "must be an integer from 1 to 100000"),
+        ("session-buffer-limit = 1023", "session-buffer-limit", "must be an integer from 1024 to 1073741824"),
+        ("session-buffer-limit = 1073741825", "session-buffer-limit", "1073741825 is out of range"),
+        ("bluetooth-request-timeout = 301", "bluetooth-request-timeout", "from 0.1 to 300"),
+        ("bluetooth-request-timeout = -inf", "bluetooth-request-timeout", "-inf is out of range"),
+    ])
+    func numbersOutOfRangeAreRefused(text: String, field: String, message: String) throws {
+        let problem = try #require(configProblem(text))
+        #expect(problem.file == file)
+        #expect(problem.field == field)
+        #expect(problem.message.contains(message), "\(problem)")
+    }
+
+    @Test(arguments: [
+        ("[timings]\nsuspend-grace = \"5 s\"", "timings.suspend-grace", "must be a number of seconds from 0.1 to 86400, not a string"),
+        ("[timings]\nwake-budget = true", "timings.wake-budget", "not a boolean"),
+        ("[timings]\nexit-grace = [1]", "timings.exit-grace", "not an array"),
+        ("[timings]\nrelaunch-limit = 1.5", "timings.relaunch-limit", "must be an integer from 1 to 1000, not a float (1.5)"),
+        ("event-queue-limit = 1e3", "event-queue-limit", "not a float (1000)"),
+        ("event-queue-limit = 1979-05-27", "event-queue-limit", "not a date-time"),
+        ("decision-log-size = {}", "decision-log-size", "not a table"),
+        ("bluetooth = 1", "bluetooth", "must be true or false, not an integer"),
+        ("socket = 1", "socket", "must be a string, not an integer"),
+        ("manifest-dirs = [\"/a\", 2]", "manifest-dirs[1]", "must be a string, not an integer"),
+        ("timings = \"fast\"", "timings", "must be a table, not a string"),
+        ("accessory = 1", "accessory", "must be an array of tables ([[accessory]]), not an integer"),
+    ])
+    func wrongTypesAreRefusedByName(text: String, field: String, message: String) throws {
+        let problem = try #require(configProblem(text))
+        #expect(problem.field == field)
+        #expect(problem.message.contains(message), "\(problem)")
+    }
+
+    @Test func rangeBoundsAreAccepted() throws {
+        typealias R = DaemonConfig.Ranges
+        let low = try DaemonConfig.parse("""
+            event-queue-limit = \(R.eventQueueLimit.lowerBound)
+            decision-log-size = \(R.decisionLogSize.lowerBound)
+            session-buffer-limit = \(R.sessionBufferLimit.lowerBound)
+            bluetooth-request-timeout = \(R.bluetoothRequestTimeout.lowerBound)
+            [timings]
+            suspend-grace = \(R.suspendGrace.lowerBound)
+            wake-budget = \(R.wakeBudget.lowerBound)
+            background-time-limit = \(R.backgroundTimeLimit.lowerBound)
+            expiration-warning = \(R.expirationWarning.lowerBound)
+            exit-grace = \(R.exitGrace.lowerBound)
+            relaunch-window = \(R.relaunchWindow.lowerBound)
+            relaunch-limit = \(R.relaunchLimit.lowerBound)
+            """, file: file, defaults: defaults)
+        #expect(low.timings.suspendGrace == 0.1 && low.eventQueueLimit == 1 && low.sessionBufferLimit == 1024)
+        let high = try DaemonConfig.parse("""
+            event-queue-limit = \(R.eventQueueLimit.upperBound)
+            decision-log-size = \(R.decisionLogSize.upperBound)
+            session-buffer-limit = \(R.sessionBufferLimit.upperBound)
+            bluetooth-request-timeout = \(R.bluetoothRequestTimeout.upperBound)
+            [timings]
+            suspend-grace = \(R.suspendGrace.upperBound)
+            wake-budget = \(R.wakeBudget.upperBound)
+            background-time-limit = \(R.backgroundTimeLimit.upperBound)
+            expiration-warning = 3600
+            exit-grace = \(R.exitGrace.upperBound)
+            relaunch-window = \(R.relaunchWindow.upperBound)
+            relaunch-limit = \(R.relaunchLimit.upperBound)
+            """, file: file, defaults: defaults)
+        #expect(high.timings.suspendGrace == 86_400 && high.eventQueueLimit == 1_000_000)
+        // The longest duration the config allows still converts and adds to any clock reading.
+        #expect(nanoseconds(R.suspendGrace.upperBound) == 86_400_000_000_000)
+    }
+
+    @Test func defaultsLieWithinTheirRanges() {
+        typealias R = DaemonConfig.Ranges
+        let t = Timings()
+        #expect(R.eventQueueLimit.contains(defaults.eventQueueLimit) && R.decisionLogSize.contains(defaults.decisionLogSize))
+        #expect(R.sessionBufferLimit.contains(defaults.sessionBufferLimit))
+        #expect(R.bluetoothRequestTimeout.contains(defaults.bluetoothRequestTimeout))
+        #expect(R.suspendGrace.contains(t.suspendGrace) && R.wakeBudget.contains(t.wakeBudget))
+        #expect(R.backgroundTimeLimit.contains(t.backgroundTimeLimit) && R.expirationWarning.contains(t.expirationWarning))
+        #expect(R.exitGrace.contains(t.exitGrace) && R.relaunchWindow.contains(t.relaunchWindow))
+        #expect(R.relaunchLimit.contains(t.relaunchLimit))
+    }
+
+    /// Durations that reach the engine some other way saturate rather than trap.
+    @Test func durationConversionSaturates() {
+        #expect(nanoseconds(1e300) == 1 << 62)
+        #expect(nanoseconds(.infinity) == 1 << 62)
+        #expect(nanoseconds(.nan) == 0)
+        #expect(nanoseconds(-5) == 0)
+        #expect(nanoseconds(1.5) == 1_500_000_000)
+        #expect(UInt64.max - (1 << 62) > nanoseconds(1e300))  // now + the longest still fits
+    }
+
+    @Test(arguments: ["[[[", "[[[]]]", "[timings\nsuspend-grace = 1", "socket = \"/x", "a = 1\na = 2"])
+    func brokenTOMLIsRefusedWithItsPlace(text: String) throws {
+        let problem = try #require(configProblem(text))
+        #expect(problem.file == file && problem.field == nil)
+        #expect(problem.message.hasPrefix("not valid TOML: "), "\(problem)")
+        #expect(problem.message.contains(" at line "), "\(problem)")
+    }
+
+    @Test func invalidUTF8IsRefusedWithItsPlace() throws {
+        do {
+            _ = try DaemonConfig.parse(Array("socket = \"/run/".utf8) + [0xFF] + Array("\"\n".utf8), file: file, defaults: defaults)
+            Issue.record("invalid UTF-8 accepted")
+        } catch {
+            #expect(error.message == "not valid TOML: not valid UTF-8 (byte 0xFF) at line 1, column 16")
+        }
+    }
+
+    @Test func onlyRegularFilesOfBoundedSizeAreRead() throws {
+        let dir = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let fifo = dir + "/fifo.toml"
+        #expect(mkfifo(fifo, 0o600) == 0)
+        let big = dir + "/big.toml"
+        try ("# " + String(repeating: "x", count: 2 << 20) + "\n").write(toFile: big, atomically: true, encoding: .utf8)
+        for (path, message) in [(fifo, "cannot read: not a regular file"), (dir, "cannot read: not a regular file"),
+                                (big, "larger than 1048576 bytes: not read")] {
+            do {
+                _ = try DaemonConfig.load(file: path, defaults: defaults, required: true)
+                Issue.record("\(path) was read")
+            } catch {
+                #expect(error.file == path && error.message == message, "\(error)")
+            }
         }
     }
 

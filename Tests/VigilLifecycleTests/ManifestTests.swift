@@ -85,6 +85,51 @@ struct ManifestParsingTests {
         #expect(problem.message.contains("unknown field"))
     }
 
+    /// Issue 10, item 1: toml++ (TOMLKit) aborted the daemon on these.
+    @Test(arguments: [
+        ("[[[", "expected a key, found '[' at line 1, column 3"),
+        ("[[[]]]", "expected a key, found '[' at line 1, column 3"),
+        ("id = \"org.example.a\"\nexec = [\"/bin/x\"]\n[[[]]]\n", "at line 3, column 3"),
+        ("id = \"org.example.a", "the string is never closed at line 1, column 6"),
+        ("id = \"org.\\qexample\"", "invalid escape '\\q'"),
+        ("id = \"a\"\nid = \"b\"", "'id' is defined twice at line 2, column 1"),
+        ("exec = [" + String(repeating: "[", count: 500), "nested deeper than 128 levels"),
+        ("id = 99999999999999999999", "does not fit in 64 bits"),
+        ("id = \"org.example.a\"\u{0}", "control character U+0000"),
+    ])
+    func brokenTOMLIsRefusedWithItsPlace(text: String, message: String) throws {
+        let problem = try #require(parseProblem(text))
+        #expect(problem.file == file)
+        #expect(problem.field == nil)
+        #expect(problem.message.hasPrefix("not valid TOML: "), "\(problem)")
+        #expect(problem.message.contains(message), "\(problem)")
+    }
+
+    @Test func invalidUTF8IsRefusedWithItsPlace() throws {
+        do {
+            _ = try AppManifest.parse(Array("id = \"org.example.a\"\nexec = [\"/bin/".utf8) + [0xC0, 0xAF] + Array("\"]".utf8), file: file)
+            Issue.record("invalid UTF-8 accepted")
+        } catch {
+            #expect(error.file == file)
+            #expect(error.message == "not valid TOML: not valid UTF-8 (byte 0xC0) at line 2, column 15")
+        }
+    }
+
+    @Test func wrongTypesSayWhatWasFound() throws {
+        let base = "id = \"org.example.a\"\nexec = [\"/bin/x\"]\n"
+        for (text, field, message) in [
+            (base + "exits-on-suspend = 1", "exits-on-suspend", "must be true or false, not an integer"),
+            (base + "background-modes = \"external-accessory\"", "background-modes", "must be an array of strings, not a string"),
+            (base + "environment = [\"A=b\"]", "environment", "must be a table, not an array"),
+            ("id = {}\nexec = [\"/bin/x\"]", "id", "must be a string, not a table"),
+            ("id = \"org.example.a\"\nexec = [1979-05-27]", "exec[0]", "must be a string, not a date-time"),
+        ] {
+            let problem = try #require(parseProblem(text))
+            #expect(problem.field == field)
+            #expect(problem.message == message, "\(problem)")
+        }
+    }
+
     @Test func syntaxErrorNamesTheLine() throws {
         let problem = try #require(parseProblem("id = \"org.example.a\"\nexec = [\"/bin/x\"]\nexits-on-suspend = = true\n"))
         #expect(problem.file == file)
@@ -128,6 +173,27 @@ struct ManifestLoaderTests {
         let broken = try #require(result.problems.first { $0.file == dir + "/broken.toml" })
         #expect(broken.field == nil)
         #expect(broken.message.contains("line 1"))
+    }
+
+    /// Files no parser should see: they are refused by name and the good one loads.
+    @Test func unreadableAndOversizedFilesAreRefused() throws {
+        let dir = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try write(manifestText("org.example.good"), to: dir + "/good.toml")
+        #expect(mkfifo(dir + "/fifo.toml", 0o600) == 0)  // reading it would block the daemon
+        try FileManager.default.createDirectory(atPath: dir + "/folder.toml", withIntermediateDirectories: false)
+        try write(manifestText("org.example.big") + "# " + String(repeating: "x", count: 2 << 20), to: dir + "/big.toml")
+        try Data([0x69, 0x64, 0x20, 0x3D, 0x20, 0x22, 0xFF, 0x22]).write(to: URL(fileURLWithPath: dir + "/binary.toml"))
+
+        let result = ManifestLoader.load(directories: [dir])
+        #expect(Array(result.manifests.keys) == ["org.example.good"])
+        let messages = Dictionary(uniqueKeysWithValues: result.problems.map { (($0.file as NSString).lastPathComponent, $0.message) })
+        #expect(messages == [
+            "fifo.toml": "cannot read: not a regular file",
+            "folder.toml": "cannot read: not a regular file",
+            "big.toml": "larger than 1048576 bytes: not read",
+            "binary.toml": "not valid TOML: not valid UTF-8 (byte 0xFF) at line 1, column 7",
+        ])
     }
 
     @Test func duplicateIdsInOneDirectoryAreRefused() throws {

@@ -96,10 +96,33 @@ public struct DaemonConfig: Sendable, Equatable {
         "relaunch-window", "relaunch-limit",
     ]
 
+    /// The range of every numeric key, in seconds for durations
+    /// (docs/lifecycle.md, "Configuration"). Bounded so that every duration
+    /// converts to nanoseconds and every limit to memory the daemon can hold.
+    public enum Ranges {
+        public static let eventQueueLimit = 1...1_000_000
+        public static let decisionLogSize = 1...100_000
+        public static let sessionBufferLimit = 1024...(1 << 30)
+        public static let bluetoothRequestTimeout: ClosedRange<Double> = 0.1...300
+        public static let suspendGrace: ClosedRange<Double> = 0.1...86_400
+        public static let wakeBudget: ClosedRange<Double> = 0.1...86_400
+        public static let backgroundTimeLimit: ClosedRange<Double> = 1...86_400
+        /// Also below `background-time-limit`.
+        public static let expirationWarning: ClosedRange<Double> = 0...86_400
+        public static let exitGrace: ClosedRange<Double> = 0.1...3600
+        public static let relaunchWindow: ClosedRange<Double> = 1...86_400
+        public static let relaunchLimit = 1...1000
+    }
+
     /// Applies a config file's settings over `defaults`. Relative paths are taken
     /// relative to the file's directory.
     public static func parse(_ text: String, file: String, defaults: DaemonConfig) throws(ManifestProblem) -> DaemonConfig {
-        let fields = try TOMLFields.parse(text, file: file)
+        try parse(Array(text.utf8), file: file, defaults: defaults)
+    }
+
+    /// The same for the file's bytes (invalid UTF-8 is refused with its place).
+    public static func parse(_ bytes: [UInt8], file: String, defaults: DaemonConfig) throws(ManifestProblem) -> DaemonConfig {
+        let fields = try TOMLFields.parse(bytes, file: file)
         try fields.rejectUnknownKeys(allowed: knownFields)
         let base = (file as NSString).deletingLastPathComponent
         func resolve(_ path: String) -> String { path.hasPrefix("/") ? path : base + "/" + path }
@@ -122,11 +145,13 @@ public struct DaemonConfig: Sendable, Equatable {
             }
             config.onStop = policy
         }
-        config.eventQueueLimit = try fields.positiveInt("event-queue-limit") ?? defaults.eventQueueLimit
-        config.decisionLogSize = try fields.positiveInt("decision-log-size") ?? defaults.decisionLogSize
-        config.sessionBufferLimit = try fields.positiveInt("session-buffer-limit") ?? defaults.sessionBufferLimit
+        config.eventQueueLimit = try fields.integer("event-queue-limit", in: Ranges.eventQueueLimit) ?? defaults.eventQueueLimit
+        config.decisionLogSize = try fields.integer("decision-log-size", in: Ranges.decisionLogSize) ?? defaults.decisionLogSize
+        config.sessionBufferLimit =
+            try fields.integer("session-buffer-limit", in: Ranges.sessionBufferLimit) ?? defaults.sessionBufferLimit
         config.bluetooth = try fields.bool("bluetooth") ?? defaults.bluetooth
-        config.bluetoothRequestTimeout = try fields.seconds("bluetooth-request-timeout") ?? defaults.bluetoothRequestTimeout
+        config.bluetoothRequestTimeout =
+            try fields.seconds("bluetooth-request-timeout", in: Ranges.bluetoothRequestTimeout) ?? defaults.bluetoothRequestTimeout
         if let name = try fields.string("durability") {
             guard let durability = Durability(rawValue: name) else {
                 throw fields.problem("durability", "must be one of process, power")
@@ -139,15 +164,18 @@ public struct DaemonConfig: Sendable, Equatable {
         if let timings = try fields.subtable("timings") {
             try timings.rejectUnknownKeys(allowed: knownTimings)
             var t = defaults.timings
-            t.suspendGrace = try timings.seconds("suspend-grace") ?? t.suspendGrace
-            t.wakeBudget = try timings.seconds("wake-budget") ?? t.wakeBudget
-            t.backgroundTimeLimit = try timings.seconds("background-time-limit") ?? t.backgroundTimeLimit
-            t.expirationWarning = try timings.seconds("expiration-warning") ?? t.expirationWarning
-            t.exitGrace = try timings.seconds("exit-grace") ?? t.exitGrace
-            t.relaunchWindow = try timings.seconds("relaunch-window") ?? t.relaunchWindow
-            t.relaunchLimit = try timings.positiveInt("relaunch-limit") ?? t.relaunchLimit
+            t.suspendGrace = try timings.seconds("suspend-grace", in: Ranges.suspendGrace) ?? t.suspendGrace
+            t.wakeBudget = try timings.seconds("wake-budget", in: Ranges.wakeBudget) ?? t.wakeBudget
+            t.backgroundTimeLimit =
+                try timings.seconds("background-time-limit", in: Ranges.backgroundTimeLimit) ?? t.backgroundTimeLimit
+            t.expirationWarning = try timings.seconds("expiration-warning", in: Ranges.expirationWarning) ?? t.expirationWarning
+            t.exitGrace = try timings.seconds("exit-grace", in: Ranges.exitGrace) ?? t.exitGrace
+            t.relaunchWindow = try timings.seconds("relaunch-window", in: Ranges.relaunchWindow) ?? t.relaunchWindow
+            t.relaunchLimit = try timings.integer("relaunch-limit", in: Ranges.relaunchLimit) ?? t.relaunchLimit
             guard t.expirationWarning < t.backgroundTimeLimit else {
-                throw timings.problem("expiration-warning", "must be shorter than background-time-limit")
+                throw timings.problem(
+                    "expiration-warning",
+                    "\(TOMLFields.show(t.expirationWarning)) must be shorter than background-time-limit (\(TOMLFields.show(t.backgroundTimeLimit)))")
             }
             config.timings = t
         }
@@ -160,12 +188,6 @@ public struct DaemonConfig: Sendable, Equatable {
             if required { throw ManifestProblem(file: file, field: nil, message: "no such file") }
             return defaults
         }
-        let text: String
-        do {
-            text = try String(contentsOfFile: file, encoding: .utf8)
-        } catch {
-            throw ManifestProblem(file: file, field: nil, message: "cannot read: \(error.localizedDescription)")
-        }
-        return try parse(text, file: file, defaults: defaults)
+        return try parse(try ConfigFile.bytes(file), file: file, defaults: defaults)
     }
 }

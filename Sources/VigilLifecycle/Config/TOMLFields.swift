@@ -1,8 +1,9 @@
-import TOMLKit
 import VigilProtocol
+import VigilTOML
 
 /// Reads typed fields out of one TOML table, turning every mistake into a
-/// `ManifestProblem` that names the file and the field.
+/// `ManifestProblem` that names the file and the field (and, for a number out
+/// of range, the value and the range).
 struct TOMLFields {
     let table: TOMLTable
     let file: String
@@ -15,16 +16,16 @@ struct TOMLFields {
     }
 
     /// Parses a whole document; a syntax error names the line and column.
-    static func parse(_ text: String, file: String) throws(ManifestProblem) -> TOMLFields {
+    static func parse(_ bytes: [UInt8], file: String) throws(ManifestProblem) -> TOMLFields {
         do {
-            return TOMLFields(table: try TOMLTable(string: text), file: file)
-        } catch let error as TOMLParseError {
-            throw ManifestProblem(
-                file: file, field: nil,
-                message: "not valid TOML: \(error.description) at line \(error.source.begin.line), column \(error.source.begin.column)")
+            return TOMLFields(table: try TOMLDocument.parse(bytes), file: file)
         } catch {
             throw ManifestProblem(file: file, field: nil, message: "not valid TOML: \(error)")
         }
+    }
+
+    static func parse(_ text: String, file: String) throws(ManifestProblem) -> TOMLFields {
+        try parse(Array(text.utf8), file: file)
     }
 
     func problem(_ key: String, _ message: String) -> ManifestProblem {
@@ -40,7 +41,7 @@ struct TOMLFields {
 
     func string(_ key: String) throws(ManifestProblem) -> String? {
         guard let value = table[key] else { return nil }
-        guard let string = value.string else { throw problem(key, "must be a string") }
+        guard let string = value.string else { throw problem(key, "must be a string, not \(value.typeDescription)") }
         return string
     }
 
@@ -51,32 +52,55 @@ struct TOMLFields {
 
     func bool(_ key: String) throws(ManifestProblem) -> Bool? {
         guard let value = table[key] else { return nil }
-        guard let bool = value.bool else { throw problem(key, "must be true or false") }
+        guard let bool = value.bool else { throw problem(key, "must be true or false, not \(value.typeDescription)") }
         return bool
     }
 
-    /// A non-negative number of seconds; integers are accepted too.
-    func seconds(_ key: String) throws(ManifestProblem) -> Double? {
+    /// A number of seconds within `range`; integers are accepted too.
+    func seconds(_ key: String, in range: ClosedRange<Double>) throws(ManifestProblem) -> Double? {
         guard let value = table[key] else { return nil }
-        guard let number = value.double ?? value.int.map(Double.init), number >= 0, number.isFinite else {
-            throw problem(key, "must be a non-negative number of seconds")
+        let expected = "a number of seconds from \(Self.show(range.lowerBound)) to \(Self.show(range.upperBound))"
+        let number: Double
+        switch value {
+        case .float(let float): number = float
+        case .integer(let integer): number = Double(integer)
+        default: throw problem(key, "must be \(expected), not \(value.typeDescription)")
+        }
+        guard range.contains(number) else {  // NaN is in no range
+            throw problem(key, "\(Self.show(number)) is out of range: must be \(expected)")
         }
         return number
     }
 
-    func positiveInt(_ key: String) throws(ManifestProblem) -> Int? {
+    /// An integer within `range`.
+    func integer(_ key: String, in range: ClosedRange<Int>) throws(ManifestProblem) -> Int? {
         guard let value = table[key] else { return nil }
-        guard let int = value.int, int > 0 else { throw problem(key, "must be a positive integer") }
-        return int
+        let expected = "an integer from \(range.lowerBound) to \(range.upperBound)"
+        guard let integer = value.integer else {
+            let shown = value.float.map { " (\(Self.show($0)))" } ?? ""
+            throw problem(key, "must be \(expected), not \(value.typeDescription)\(shown)")
+        }
+        guard integer >= Int64(range.lowerBound), integer <= Int64(range.upperBound) else {
+            throw problem(key, "\(integer) is out of range: must be \(expected)")
+        }
+        return Int(integer)
+    }
+
+    /// A number as the user would write it: `5`, `0.25`, `1e+300`.
+    static func show(_ number: Double) -> String {
+        if number.isFinite, number == number.rounded(), abs(number) < 1e15 { return String(Int64(number)) }
+        return number.description
     }
 
     func stringArray(_ key: String) throws(ManifestProblem) -> [String]? {
         guard let value = table[key] else { return nil }
-        guard let array = value.array else { throw problem(key, "must be an array of strings") }
+        guard let array = value.array else {
+            throw problem(key, "must be an array of strings, not \(value.typeDescription)")
+        }
         var strings: [String] = []
         for (index, element) in array.enumerated() {
             guard let string = element.string else {
-                throw problem("\(key)[\(index)]", "must be a string")
+                throw problem("\(key)[\(index)]", "must be a string, not \(element.typeDescription)")
             }
             strings.append(string)
         }
@@ -85,7 +109,7 @@ struct TOMLFields {
 
     func subtable(_ key: String) throws(ManifestProblem) -> TOMLFields? {
         guard let value = table[key] else { return nil }
-        guard let table = value.table else { throw problem(key, "must be a table") }
+        guard let table = value.table else { throw problem(key, "must be a table, not \(value.typeDescription)") }
         return TOMLFields(table: table, file: file, prefix: prefix + key + ".")
     }
 
@@ -104,10 +128,14 @@ extension TOMLFields {
     /// An array of tables (`[[name]]`), each read with its index in field names.
     func tableArray(_ key: String) throws(ManifestProblem) -> [TOMLFields] {
         guard let value = table[key] else { return [] }
-        guard let array = value.array else { throw problem(key, "must be an array of tables ([[\(key)]])") }
+        guard let array = value.array else {
+            throw problem(key, "must be an array of tables ([[\(key)]]), not \(value.typeDescription)")
+        }
         var result: [TOMLFields] = []
         for (index, element) in array.enumerated() {
-            guard let table = element.table else { throw problem("\(key)[\(index)]", "must be a table") }
+            guard let table = element.table else {
+                throw problem("\(key)[\(index)]", "must be a table, not \(element.typeDescription)")
+            }
             result.append(TOMLFields(table: table, file: file, prefix: prefix + "\(key)[\(index)]."))
         }
         return result

@@ -382,10 +382,14 @@ public final class LifecycleEngine {
     }
 }
 
+/// Saturating: the config bounds every duration, but a conversion must never
+/// trap, and `now + nanoseconds(x)` must not overflow (at most 2^62 ns, 146 years).
 func nanoseconds(_ seconds: Double) -> UInt64 {
-    UInt64((seconds * 1_000_000_000).rounded())
+    let value = (seconds * 1_000_000_000).rounded()
+    guard value > 0 else { return 0 }  // NaN too
+    return value < 0x1p62 ? UInt64(value) : 1 << 62
 }
 
 func seconds(_ value: Double) -> String {
-    value == value.rounded() ? "\(Int(value)) s" : "\(value) s"
+    value == value.rounded() && abs(value) < 1e15 ? "\(Int(value)) s" : "\(value) s"
 }

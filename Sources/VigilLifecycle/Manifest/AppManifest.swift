@@ -52,7 +52,12 @@ public struct AppManifest: Sendable, Equatable {
 
     /// Parses and validates one manifest file's text.
     public static func parse(_ text: String, file: String) throws(ManifestProblem) -> AppManifest {
-        let fields = try TOMLFields.parse(text, file: file)
+        try parse(Array(text.utf8), file: file)
+    }
+
+    /// The same for the file's bytes (invalid UTF-8 is refused with its place).
+    public static func parse(_ bytes: [UInt8], file: String) throws(ManifestProblem) -> AppManifest {
+        let fields = try TOMLFields.parse(bytes, file: file)
         try fields.rejectUnknownKeys(allowed: knownFields)
 
         let id = try fields.requiredString("id")

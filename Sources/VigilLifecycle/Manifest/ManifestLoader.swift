@@ -30,13 +30,7 @@ public enum ManifestLoader {
             for name in names.sorted() where name.hasSuffix(".toml") {
                 let file = directory + "/" + name
                 do {
-                    let text: String
-                    do {
-                        text = try String(contentsOfFile: file, encoding: .utf8)
-                    } catch {
-                        throw ManifestProblem(file: file, field: nil, message: "cannot read: \(error.localizedDescription)")
-                    }
-                    let manifest = try AppManifest.parse(text, file: file)
+                    let manifest = try AppManifest.parse(try ConfigFile.bytes(file), file: file)
                     if let other = seenHere[manifest.id] {
                         throw ManifestProblem(file: file, field: "id", message: "'\(manifest.id)' is already declared by \(other)")
                     }
