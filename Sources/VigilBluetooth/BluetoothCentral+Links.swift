@@ -32,6 +32,9 @@ extension BluetoothCentral {
                 return
             }
             link.connecting = true
+            // Ours from now: a client that lets go before the reply still gets the
+            // link taken down (AlreadyConnected says it was someone else's).
+            link.ours = true
             // Not a count: a forgotten link's late reply must not match a new one's.
             link.attempt = Int.random(in: 1...Int.max)
             let attempt = link.attempt
@@ -39,8 +42,10 @@ extension BluetoothCentral {
             link.watchdog = scheduleConnectCheck(device.path, address: address, attempt: attempt, waited: .zero)
             Task { await self.connect(device.path, address: address, attempt: attempt, number: number) }
         } else {
+            let pending = link.connecting
             link.cancelAttempt(loop: loop)
-            if link.connected && link.ours, let device {
+            // Disconnect also cancels a Connect still in flight (BlueZ's doc).
+            if (link.connected && link.ours) || pending, let device {
                 link.ours = false
                 Task { await self.disconnect(device.path, address: address) }
             }
@@ -59,12 +64,12 @@ extension BluetoothCentral {
             // has no notion of "pending forever", so that is ours to do.
             _ = try await bus.call(destination: BlueZ.service, path: path, interface: BlueZ.device, member: "Connect", timeout: .seconds(60))
             guard links[address]?.attempt == attempt else { return }
-            links[address]?.ours = true
             await confirmConnected(path, address: address, attempt: attempt, reply: "Connect succeeded")
         } catch let error as DBusError {
             guard links[address]?.attempt == attempt else { return }
             switch error.name {
             case BlueZ.Error.alreadyConnected:
+                links[address]?.ours = false
                 await confirmConnected(path, address: address, attempt: attempt, reply: "BlueZ says already connected")
             case BlueZ.Error.inProgress:
                 endAttempt(address)
@@ -103,6 +108,7 @@ extension BluetoothCentral {
         endAttempt(address)
         if let device = tree.device(address: address), device.connected {
             connectedChanged(device)  // announces it to whoever has not heard
+            reconcileLink(address)  // taken down if nobody wants it any more
         } else {
             links[address]?.failures += 1
             let delay = links[address]?.backoff ?? .seconds(1)

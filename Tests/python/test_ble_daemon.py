@@ -325,6 +325,17 @@ class BluetoothCentralTests(unittest.TestCase):
                 return "Connect still unanswered" in log.read()
         self.wait_until(logged, "the pending connect's check in vigild's log")
 
+    def test_letting_go_before_connect_replies_takes_the_link_down(self):
+        # Connected arrives before Connect's reply (BlueZ replies after resolving
+        # services); a client that lets go in between still gets the link cut.
+        c = self.control
+        c.request("ble.registerCentral")
+        self.mock.control.SetResolveDelay(self.hrm, 3.0)
+        c.request("ble.connect", peripheral=HRM)
+        self.push(c, "ble.connected")
+        c.request("ble.disconnect", peripheral=HRM)
+        self.wait_until(lambda: self.calls("Disconnect"), "vigild's Disconnect of the link it made")
+
     def test_subscriptions_come_back_after_a_link_loss_and_a_bluetoothd_restart(self):
         c = self.control
         self.connected_and_subscribed(c)
