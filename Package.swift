@@ -166,6 +166,9 @@ let package = Package(
             name: "FuzzFrames", dependencies: ["FuzzSupport", "VigilProtocol"], path: "Sources/Fuzz/FuzzFrames", swiftSettings: strict),
         .executableTarget(
             name: "FuzzGATT", dependencies: ["FuzzSupport", "VigilProtocol"], path: "Sources/Fuzz/FuzzGATT", swiftSettings: strict),
+        .executableTarget(
+            name: "FuzzTOML", dependencies: ["FuzzSupport", "VigilLifecycle", "VigilProtocol", "VigilTOML"], path: "Sources/Fuzz/FuzzTOML",
+            swiftSettings: strict),
 
         .testTarget(name: "VigilSystemTests", dependencies: ["VigilSystem"], swiftSettings: strict),
         .testTarget(name: "VigilProtocolTests", dependencies: ["VigilProtocol"], swiftSettings: strict),
@@ -184,7 +187,7 @@ let package = Package(
         .testTarget(name: "HeartRateBridgeTests", dependencies: ["HeartRateBridge"], swiftSettings: strict),
         .testTarget(name: "SensorLoggerTests", dependencies: ["SensorLogger"], swiftSettings: strict),
         .testTarget(
-            name: "VigilFuzzTests", dependencies: ["FuzzSupport", "FuzzFrames", "FuzzGATT"], path: "Tests/Fuzz",
+            name: "VigilFuzzTests", dependencies: ["FuzzSupport", "FuzzFrames", "FuzzGATT", "FuzzTOML"], path: "Tests/Fuzz",
             exclude: ["Corpus", "Dictionaries", "make-seeds.py"], swiftSettings: strict),
         .testTarget(
             name: "VigilIntegrationTests",

@@ -2,6 +2,7 @@ import Foundation
 import FuzzFrames
 import FuzzGATT
 import FuzzSupport
+import FuzzTOML
 import XCTest
 
 /// Every committed fuzz input (seeds, and the crashes fuzzing found, kept as
@@ -18,4 +19,5 @@ final class CorpusReplayTests: XCTestCase {
 
     func testFrames() throws { try replay("FuzzFrames", FramesFuzzer.fuzz) }
     func testGATT() throws { try replay("FuzzGATT", GATTFuzzer.fuzz) }
+    func testTOML() throws { try replay("FuzzTOML", TOMLFuzzer.fuzz) }
 }

@@ -163,6 +163,102 @@ GATT = {
     "dashes-in-short": {"uuid": "18-0d", "characteristics": []},
 }
 
+# App manifests, daemon configs and TOML of every shape (the same bytes are
+# read as a document, a manifest and a config): name -> text or bytes.
+TOML = {
+    "manifest-logger": """# A sensor logger
+id = "org.example.logger"
+exec = ["/usr/bin/logger-app", "--out", "/var/lib/logger"]
+background-modes = ["external-accessory"]
+accessory-protocols = ["org.example.sensor"]
+exits-on-suspend = false
+working-directory = "/var/lib/logger"
+
+[environment]
+LOG_LEVEL = "debug"
+""",
+    "manifest-bluetooth": """id = "org.vigil.example.hrm-bridge"
+exec = ["/usr/local/bin/vigil-hrm-bridge", "--republish"]
+background-modes = ["bluetooth-central", "bluetooth-peripheral"]
+exits-on-suspend = true
+""",
+    "manifest-minimal": 'id = "a.b"\nexec = ["x"]\n',
+    "manifest-inline-env": 'id = "org.example.x"\nexec = ["/bin/true"]\nenvironment = { A = "1", "B.C" = \'2\' }\n',
+    "manifest-bad-mode": 'id = "org.example.x"\nexec = ["/bin/true"]\nbackground-modes = ["audio", 7]\n',
+    "manifest-empty-exec": 'id = "org.example.x"\nexec = []\n',
+    "manifest-unknown-key": 'id = "org.example.x"\nexec = ["/bin/true"]\nexecs = ["typo"]\n',
+    "manifest-relative-dir": 'id = "org.example.x"\nexec = ["/bin/true"]\nworking-directory = "relative"\n',
+    "config-full": """socket = "run/vigild.sock"
+manifest-dirs = ["/etc/vigil/apps", "apps"]
+state-dir = "/var/lib/vigil"
+log-dir = "/var/log/vigil"
+cgroup-root = "/sys/fs/cgroup/vigil"
+suspension = "auto"
+on-stop = "leave"
+event-queue-limit = 1000
+decision-log-size = 2000
+session-buffer-limit = 1048576
+bluetooth = true
+bluetooth-request-timeout = 20.0
+
+[timings]
+suspend-grace = 5
+wake-budget = 10.5
+background-time-limit = 180
+expiration-warning = 5
+exit-grace = 5
+relaunch-window = 60
+relaunch-limit = 3
+
+[[accessory]]
+vendor-id = "1209"
+product-id = "0001"
+serial-number = "VGL123"
+protocols = ["org.example.sensor"]
+line-settings = "115200 8N1 rtscts"
+name = "Example sensor"
+
+[[accessory]]
+by-id = "/dev/serial/by-id/usb-Example_Sensor_VGL123-if00"
+protocols = ["org.example.other"]
+""",
+    "config-huge-duration": "[timings]\nsuspend-grace = 1e300\n",
+    "config-zero-and-max": "event-queue-limit = 9223372036854775807\n[timings]\nsuspend-grace = 0\n",
+    "config-negative": "decision-log-size = -1\n[timings]\nwake-budget = -5\n",
+    "config-nan-inf": "[timings]\nwake-budget = nan\nexit-grace = inf\nrelaunch-window = -inf\n",
+    "config-wrong-types": 'suspension = 3\nbluetooth = "yes"\ntimings = "fast"\n',
+    "config-bad-accessory": '[[accessory]]\nvendor-id = "zz"\nprotocols = ["$(reboot)", ";rm"]\n',
+    "toml-values": (
+        'str = "a\\tb\\u00e9\\U0001F600"\n'
+        "lit = 'C:\\path'\n"
+        'ml = """\ntwo\nlines"""\n'
+        "mll = '''raw\ntext'''\n"
+        "int = +99\nhex = 0xDEAD_beef\noct = 0o755\nbin = 0b1101\nflt = 6.626e-34\nunder = 1_000.5\n"
+        "odt = 1979-05-27T07:32:00.999999-07:00\nldt = 1979-05-27 07:32:00\nld = 1979-05-27\nlt = 00:32:00.5\n"
+        'arr = [ 1, [2, 3], "x", { a = 1 }, ]\n'
+        'a.b."c d" = true\n'
+        "[t1.t2]\nx = 1\n[[arr2]]\n[[arr2]]\ny = 2\n"
+    ),
+    "toml-triple-bracket": "[[[",
+    "toml-triple-bracket-closed": "[[[]]]",
+    # toml++ (TOMLKit) aborted on these, found by fuzzing: parse_key and parse_value assertions.
+    "regression-toml-parse-key": "[}",
+    "regression-toml-parse-value": "a =[}",
+    "toml-unterminated": 'a = "abc\nb = [1, 2\nc = { d = 1',
+    "toml-redefined": "a = 1\na = 2\n[t]\n[t]\n",
+    "toml-deep-arrays": "a = " + "[" * 200 + "]" * 200 + "\n",
+    "toml-deep-inline": "a = " + "{b=" * 150 + "1" + "}" * 150 + "\n",
+    "toml-big-integers": "a = 9223372036854775808\nb = -9223372036854775809\nc = 0xFFFFFFFFFFFFFFFFF\n",
+    "toml-bad-dates": "a = 1979-02-30T25:61:61Z\nb = 0000-01-01\nc = 12:00\n",
+    "toml-crlf": "a = 1\r\nb = \"x\"\r\n[t]\r\nc = 2\r\n",
+}
+TOML_BYTES = {
+    "toml-bom": b"\xef\xbb\xbfa = 1\n",
+    "toml-invalid-utf8": b'a = "\xff\xc0\xaf"\n',
+    "toml-nul": b'a = "x\x00y"\n',
+    "toml-control-chars": b'a = "\x1b[31m\x7f"\n\x0c',
+}
+
 
 def write(folder, name, data):
     os.makedirs(folder, exist_ok=True)
@@ -179,6 +275,11 @@ def main():
     gatt = os.path.join(HERE, "Corpus", "FuzzGATT")
     for name, definition in GATT.items():
         write(gatt, name, json.dumps(definition, ensure_ascii=False).encode())
+    toml = os.path.join(HERE, "Corpus", "FuzzTOML")
+    for name, text in TOML.items():
+        write(toml, name, text.encode())
+    for name, data in TOML_BYTES.items():
+        write(toml, name, data)
 
 
 if __name__ == "__main__":
