@@ -19,7 +19,8 @@ public enum StopPolicy: String, Sendable, CaseIterable {
 }
 
 /// The daemon's configuration (`vigild.toml`). Every field has a default, so an
-/// empty or missing file is valid.
+/// empty or missing file is valid. Numbers have ranges (`Ranges`); every key's
+/// type, default and range are in docs/lifecycle.md, "Configuration".
 ///
 /// ```toml
 /// socket = "/run/vigil/vigild.sock"
