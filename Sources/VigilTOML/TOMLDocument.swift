@@ -10,6 +10,8 @@ public enum TOMLDocument {
     /// Larger inputs are refused before parsing.
     public static let maximumSize = 1 << 20
     /// Tables, arrays and inline tables nested deeper than this are refused.
+    /// At this depth a parse needs under 128 KiB of stack in a release build
+    /// and under 512 KiB in a debug build: any thread's stack holds it.
     public static let maximumDepth = 128
 
     /// Parses a document given as UTF-8 bytes (invalid UTF-8 is an error).
@@ -256,8 +258,7 @@ private struct Parser {
     }
 
     mutating func expect(_ byte: UInt8, _ what: String) throws(TOMLError) {
-        guard peek() == byte else { throw error("expected \(what), found \(ASCII.describe(peek()))") }
-        pos += 1
+        guard skip(byte) else { throw unexpected(what) }
     }
 
     // MARK: Document
@@ -418,9 +419,7 @@ private struct Parser {
         var parts: [String] = []
         while true {
             parts.append(try parseSimpleKey())
-            guard depth + parts.count <= TOMLDocument.maximumDepth else {
-                throw error("nested deeper than \(TOMLDocument.maximumDepth) levels")
-            }
+            guard depth + parts.count <= TOMLDocument.maximumDepth else { throw tooDeep() }
             skipWhitespace()
             guard peek() == ASCII.dot else { return parts }
             pos += 1
@@ -441,7 +440,7 @@ private struct Parser {
     /// `key = value`; `depth` counts the tables the key is already inside.
     mutating func keyValuePair(depth: Int) throws(TOMLError) -> ([String], TOMLValue) {
         let key = try parseKey(depth: depth)
-        try expect(ASCII.equals, "'=' after the key '\(Self.dotted(key))'")
+        guard skip(ASCII.equals) else { throw missingEquals(after: key) }
         skipWhitespace()
         let value = try parseValue(depth: depth + key.count)
         return (key, value)
@@ -449,17 +448,25 @@ private struct Parser {
 
     // MARK: Values
 
+    /// Arrays and inline tables recurse through here, so it and they keep
+    /// their stack frames small: scalars and error messages live in functions
+    /// of their own (a debug build needs about 5 KiB a level otherwise).
     mutating func parseValue(depth: Int) throws(TOMLError) -> TOMLValue {
+        switch peek() {
+        case ASCII.openBracket: try parseArray(depth: depth + 1)
+        case ASCII.openBrace: try parseInlineTable(depth: depth + 1)
+        default: try parseScalar()
+        }
+    }
+
+    @inline(never)
+    mutating func parseScalar() throws(TOMLError) -> TOMLValue {
         guard let c = peek() else { throw error("expected a value, found the end of the file") }
         switch c {
         case ASCII.quote:
             return .string(startsWith("\"\"\"") ? try parseMultilineBasicString() : try parseBasicString())
         case ASCII.apostrophe:
             return .string(startsWith("'''") ? try parseMultilineLiteralString() : try parseLiteralString())
-        case ASCII.openBracket:
-            return try parseArray(depth: depth + 1)
-        case ASCII.openBrace:
-            return try parseInlineTable(depth: depth + 1)
         default:
             break
         }
@@ -482,6 +489,9 @@ private struct Parser {
         throw error("expected a value, found \(ASCII.describe(c))")
     }
 
+    @inline(never)
+    func tooDeep() -> TOMLError { error("nested deeper than \(TOMLDocument.maximumDepth) levels") }
+
     func matches(_ text: String) -> Bool {
         var index = pos
         for byte in text.utf8 {
@@ -492,7 +502,7 @@ private struct Parser {
     }
 
     mutating func parseArray(depth: Int) throws(TOMLError) -> TOMLValue {
-        guard depth <= TOMLDocument.maximumDepth else { throw error("nested deeper than \(TOMLDocument.maximumDepth) levels") }
+        guard depth <= TOMLDocument.maximumDepth else { throw tooDeep() }
         let start = pos
         pos += 1
         var elements: [TOMLValue] = []
@@ -509,7 +519,7 @@ private struct Parser {
                 pos += 1
                 return .array(elements)
             }
-            guard c == ASCII.comma else { throw error("expected ',' or ']' in an array, found \(ASCII.describe(c))") }
+            guard c == ASCII.comma else { throw unexpected("',' or ']' in an array") }
             pos += 1
             try skipArraySpace()
             if peek() == ASCII.closeBracket {
@@ -521,7 +531,7 @@ private struct Parser {
 
     /// `{ a = 1, b.c = 2 }`: one line, no trailing comma, complete in itself.
     mutating func parseInlineTable(depth: Int) throws(TOMLError) -> TOMLValue {
-        guard depth <= TOMLDocument.maximumDepth else { throw error("nested deeper than \(TOMLDocument.maximumDepth) levels") }
+        guard depth <= TOMLDocument.maximumDepth else { throw tooDeep() }
         let tableStart = pos
         pos += 1
         let table = TableNode()
@@ -533,35 +543,50 @@ private struct Parser {
         while true {
             let start = pos
             let (key, value) = try keyValuePair(depth: depth)
-            var node = table
-            for (index, part) in key.dropLast().enumerated() {
-                switch node.entries[part] {
-                case nil:
-                    let child = TableNode()
-                    node.insert(part, .table(child))
-                    node = child
-                case .table(let child):
-                    node = child
-                case .tables, .value:
-                    throw error("cannot add keys to '\(Self.dotted(Array(key.prefix(index + 1))))' in an inline table: it is already a value", at: start)
-                }
-            }
-            guard let last = key.last else { throw error("expected a key", at: start) }
-            guard node.entries[last] == nil else {
-                throw error("'\(Self.dotted(key))' is defined twice in an inline table", at: start)
-            }
-            node.insert(last, .value(value))
+            try insert(value, at: key, into: table, start: start)
             skipWhitespace()
             guard let c = peek() else { throw error("the inline table is never closed", at: tableStart) }
-            pos += 1
-            if c == ASCII.closeBrace { return .table(table.finished()) }
-            guard c == ASCII.comma else {
-                pos -= 1
-                throw error("expected ',' or '}' in an inline table (which must stay on one line), found \(ASCII.describe(c))")
+            if c == ASCII.closeBrace {
+                pos += 1
+                return .table(table.finished())
             }
+            guard c == ASCII.comma else { throw unexpected("',' or '}' in an inline table (which must stay on one line)") }
+            pos += 1
             skipWhitespace()
         }
     }
+
+    /// A key of an inline table: its dotted keys make tables inside it only.
+    @inline(never)
+    func insert(_ value: TOMLValue, at key: [String], into table: TableNode, start: Int) throws(TOMLError) {
+        var node = table
+        for (index, part) in key.dropLast().enumerated() {
+            switch node.entries[part] {
+            case nil:
+                let child = TableNode()
+                node.insert(part, .table(child))
+                node = child
+            case .table(let child):
+                node = child
+            case .tables, .value:
+                throw error(
+                    "cannot add keys to '\(Self.dotted(Array(key.prefix(index + 1))))' in an inline table: it is already a value",
+                    at: start)
+            }
+        }
+        guard let last = key.last else { throw error("expected a key", at: start) }
+        guard node.entries[last] == nil else {
+            throw error("'\(Self.dotted(key))' is defined twice in an inline table", at: start)
+        }
+        node.insert(last, .value(value))
+    }
+
+    @inline(never)
+    func missingEquals(after key: [String]) -> TOMLError { unexpected("'=' after the key '\(Self.dotted(key))'") }
+
+    /// "expected WHAT, found X" at the current position.
+    @inline(never)
+    func unexpected(_ what: String) -> TOMLError { error("expected \(what), found \(ASCII.describe(peek()))") }
 
     // MARK: Strings
 

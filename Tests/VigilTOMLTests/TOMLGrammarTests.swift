@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 @testable import VigilTOML
 
@@ -225,6 +226,24 @@ struct TOMLGrammarTests {
             let error = try #require(failure(text))
             #expect(error.message == "nested deeper than \(limit) levels")
         }
+    }
+
+    /// The deepest documents allowed parse on a thread with a 1 MiB stack
+    /// (a debug build needs under 512 KiB): the recursion's frames stay small.
+    @Test func deepestDocumentsFitASmallStack() async {
+        let limit = TOMLDocument.maximumDepth
+        let documents = [
+            "a = " + String(repeating: "[", count: limit - 1) + String(repeating: "]", count: limit - 1),
+            "a = " + String(repeating: "{a=", count: limit / 2 - 1) + "1" + String(repeating: "}", count: limit / 2 - 1),
+        ]
+        let parsed = await withCheckedContinuation { (done: CheckedContinuation<Int, Never>) in
+            let thread = Thread {
+                done.resume(returning: documents.filter { (try? TOMLDocument.parse($0)) != nil }.count)
+            }
+            thread.stackSize = 1 << 20
+            thread.start()
+        }
+        #expect(parsed == documents.count)
     }
 
     @Test func sizeIsBounded() throws {

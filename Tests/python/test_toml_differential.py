@@ -54,7 +54,7 @@ VALID = [
     b"k = \"\\u0000 nul escape\"", b"k = \"\xf4\x8f\xbf\xbf\"", b"k = \"\\U0010FFFF\"",
 ]
 INVALID = [
-    b"[[[", b"[[[]]]", b"[[]]", b"[]", b"[a", b"[a]]", b"[[a]", b"[[a] ]", b"[ [a]]", b"a", b"a =", b"= 1",
+    b"[[[", b"[[[]]]", b"[}", b"a =[}", b"a = [}", b"a = {]", b"[[]]", b"[]", b"[a", b"[a]]", b"[[a]", b"[[a] ]", b"[ [a]]", b"a", b"a =", b"= 1",
     b"a = 1 b = 2", b"a = 1\na = 2", b"a = 1\na.b = 2", b"a.b = 1\na = 2", b"[a]\n[a]", b"[a]\nb = 1\n[a.b]",
     b"[a.b]\n[a]\nb = 1", b"a = {}\n[a]", b"a = {b = 1}\n[a.c]", b"a = {b = 1}\na.c = 2", b"a = []\n[[a]]",
     b"[[a]]\n[a]", b"[a]\n[[a]]", b"[fruit]\napple.color = 'red'\n[fruit.apple]",
