@@ -17,14 +17,20 @@ extension DaemonCore {
             case .handshake:
                 try handshake(message, connection)
             case let .app(app):
+                try message.checkIntegerFields()
                 try handleAppRequest(message, app: app, connection: connection)
             case .control:
+                try message.checkIntegerFields()
                 try handleControlRequest(message, connection: connection)
             case .closing:
                 return
             }
         } catch {
             if error.closesConnection {
+                fail(connection, error)
+            } else if case .handshake = connection.phase {
+                // Before the handshake there is nothing to go on with: answer and
+                // close, so a client waiting for `welcome` is never left waiting.
                 fail(connection, error)
             } else if let id = message.id {
                 send(ProtocolError(error.code, error.message), id: id, to: connection)
@@ -40,6 +46,7 @@ extension DaemonCore {
         guard message.type == Hello.type else {
             throw ProtocolError(.handshakeRequired, "the first frame must be 'hello', not '\(message.type)'")
         }
+        try message.checkIntegerFields()
         let hello: Hello = try message.decode()
         guard let version = hello.versions.filter(ProtocolVersion.supported.contains).max() else {
             throw ProtocolError(.unsupportedVersion, "no common protocol version: client speaks \(hello.versions), daemon speaks \(ProtocolVersion.supported)")
@@ -140,7 +147,10 @@ extension DaemonCore {
             send(AppReply(app: info), id: message.id, to: connection)
         case WakeRequest.type:
             let request: WakeRequest = try message.decode()
-            let event = QueuedEvent(kind: request.kind ?? "test", attributes: request.attributes ?? [:], payload: message.body)
+            let kind = request.kind ?? "test"
+            // As a real source would: an app lacking the kind's mode is not woken for it.
+            let event = QueuedEvent(
+                kind: kind, attributes: request.attributes ?? [:], payload: message.body, wakeMode: BackgroundMode(wakingFor: kind))
             let result = try withEngine { engine, now throws(ProtocolError) in
                 try engine.deliver(event, to: request.app, now: now)
             }

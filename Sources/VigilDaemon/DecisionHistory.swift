@@ -34,6 +34,6 @@ struct DecisionHistory {
     func recent(app: String?, limit: Int?) -> [DecisionRecord] {
         let matching = app.map { id in records.filter { $0.app == id } } ?? records
         guard let limit else { return matching }
-        return Array(matching.suffix(limit))
+        return Array(matching.suffix(max(limit, 0)))  // the request's range check refuses negatives; never trap here
     }
 }

@@ -40,6 +40,14 @@ public struct BackgroundTimeRemaining: Message, Equatable {
     /// Seconds left; nil means unlimited (the app is in the foreground).
     public var seconds: Double?
     public init(seconds: Double?) { self.seconds = seconds }
+
+    enum CodingKeys: String, CodingKey { case seconds }
+
+    /// `seconds` is always there: `null` when unlimited, as documented.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(seconds, forKey: .seconds)
+    }
 }
 
 /// Notification (no reply): every event up to and including `seq` has been handled.

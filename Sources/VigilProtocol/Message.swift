@@ -13,6 +13,24 @@ public struct Envelope: Decodable, Sendable {
     public var type: String
     /// Correlates a request with its reply or error.
     public var id: Int?
+
+    /// An `id` that is not a 64-bit integer, e.g. `1.5` or `"7"`: a reply could
+    /// not name it, so the frame is refused as a whole (`malformedFrame`).
+    struct BadID: Error {
+        var value: HeaderScalar
+    }
+
+    enum CodingKeys: String, CodingKey { case type, id }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        type = try container.decode(String.self, forKey: .type)
+        switch try container.decodeIfPresent(HeaderScalar.self, forKey: .id) ?? .null {
+        case .null: id = nil
+        case let .integer(value) where IntegerField.int64.contains(value): id = Int(value)
+        case let value: throw BadID(value: value)
+        }
+    }
 }
 
 /// A frame whose envelope has been read; its typed payload is decoded on demand.
@@ -24,12 +42,37 @@ public struct IncomingMessage: Sendable {
     public var id: Int? { envelope.id }
     public var body: [UInt8] { frame.body }
 
+    /// Reads the envelope. The whole header must be strict UTF-8 first (the JSON
+    /// decoder looks only at the members it decodes, and would pass an overlong
+    /// form or an encoded surrogate elsewhere on to whoever reads it later).
     public init(frame: Frame) throws(ProtocolError) {
         self.frame = frame
+        if let offset = Self.firstInvalidUTF8(frame.header) {
+            throw ProtocolError(.malformedFrame, "header is not valid UTF-8 (byte \(offset) of \(frame.header.count))")
+        }
         do {
             envelope = try MessageCodec.decoder.decode(Envelope.self, from: Data(frame.header))
+        } catch let error as Envelope.BadID {
+            throw ProtocolError(
+                .malformedFrame,
+                "header member 'id' is \(error.value.description); it must be an integer in \(IntegerField.describe(IntegerField.int64))")
         } catch {
             throw ProtocolError(.malformedFrame, "header is not a JSON object with a string \"type\": \(error)")
+        }
+    }
+
+    /// The offset of the first byte that is not part of well-formed UTF-8
+    /// (overlong forms, surrogates and values above U+10FFFF are not), or nil.
+    static func firstInvalidUTF8(_ bytes: [UInt8]) -> Int? {
+        var parser = Unicode.UTF8.ForwardParser()
+        var iterator = bytes.makeIterator()
+        var offset = 0
+        while true {
+            switch parser.parseScalar(from: &iterator) {
+            case let .valid(scalar): offset += scalar.count
+            case .emptyInput: return nil
+            case .error: return offset
+            }
         }
     }
 

@@ -23,6 +23,20 @@ public enum BackgroundMode: String, Sendable, Codable, CaseIterable {
     case externalAccessory = "external-accessory"
     case bluetoothCentral = "bluetooth-central"
     case bluetoothPeripheral = "bluetooth-peripheral"
+
+    /// The mode an app needs to be woken for an event of `kind` (nil: any app
+    /// may be, e.g. `test`), so a test wake obeys the rule of the real source.
+    public init?(wakingFor kind: String) {
+        if kind.hasPrefix("accessory.") || kind.hasPrefix("session.") {
+            self = .externalAccessory
+        } else if PeripheralEventContent.isPeripheralKind(kind) {
+            self = .bluetoothPeripheral
+        } else if BluetoothEventContent.isBluetoothKind(kind) {
+            self = .bluetoothCentral
+        } else {
+            return nil
+        }
+    }
 }
 
 /// The state-transition notifications an app receives while it runs.

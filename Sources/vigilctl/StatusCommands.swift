@@ -33,8 +33,14 @@ struct Log: AsyncParsableCommand {
     @Option(help: "Only this app's decisions.")
     var app: String?
 
-    @Option(help: "Only the last N decisions.")
+    @Option(help: "Only the last N decisions (N ≥ 0).")
     var limit: Int?
+
+    func validate() throws {
+        if let limit, limit < 0 {
+            throw ValidationError("--limit is \(limit); it must be an integer in 0…2^63-1")
+        }
+    }
 
     func run() async throws {
         let decisions = try await options.connect().log(app: app, limit: limit)

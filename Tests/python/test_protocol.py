@@ -15,8 +15,10 @@ Environment:
   VIGIL_TEST_CGROUP_ROOT  a cgroup folder for the daemon's apps (config key cgroup-root)
 """
 
+import contextlib
 import json
 import os
+import random
 import shlex
 import signal
 import struct
@@ -28,13 +30,17 @@ import unittest
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "clients", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from vigil_client import (  # noqa: E402
     AppClient, ConnectionClosed, Connection, ControlClient, VigilError, encode_frame,
 )
+import protocol_fuzz  # noqa: E402
 
 VIGILD = os.environ.get("VIGILD") or os.path.join(REPO, ".build", "debug", "vigild")
 VIGIL_DEMO_APP = os.environ.get("VIGIL_DEMO_APP") or os.path.join(REPO, ".build", "debug", "vigil-demo-app")
+VIGILCTL = os.environ.get("VIGILCTL") or os.path.join(os.path.dirname(VIGILD), "vigilctl")
+PROTOCOL_FUZZ = os.path.join(REPO, "Tests", "python", "protocol_fuzz.py")
 EXAMPLE_APP = os.path.join(REPO, "clients", "python", "example_app.py")
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
@@ -64,6 +70,7 @@ exits-on-suspend = false
 
 BINARY_APP = "org.example.py.binary"
 RELAUNCH_APP = "org.example.py.relaunch"
+MODES_APP = "org.example.py.nomodes"
 DEMO_APP = "org.example.swift.demo"
 STARTUP_TIMEOUT = 15.0
 RECORD_TIMEOUT = 15.0
@@ -195,7 +202,7 @@ class ProtocolTests(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="vigil-pytest-")
         cls.daemon = Daemon(cls.tmp.name)
-        cls.records = {app: os.path.join(cls.tmp.name, app + ".jsonl") for app in (BINARY_APP, RELAUNCH_APP)}
+        cls.records = {app: os.path.join(cls.tmp.name, app + ".jsonl") for app in (BINARY_APP, RELAUNCH_APP, MODES_APP)}
         for app, record in cls.records.items():
             cls.daemon.add_python_app(app, record)
         cls.records[DEMO_APP] = os.path.join(cls.tmp.name, DEMO_APP + ".jsonl")
@@ -387,6 +394,97 @@ class ProtocolTests(unittest.TestCase):
             self.assertEqual((launch["reason"], launch["eventKind"], launch["state"]), ("event", "test", "background"))
             self.assertIsNotNone(wait_for_record(record, lambda r: r["kind"] == "finished"), self.context())
 
+    # -- malformed input before and after the handshake (issue 10, items 13 and 14)
+
+    def test_malformed_hello_is_answered_then_closed(self):
+        # None of these carries an id: the daemon must still answer, then close.
+        cases = {
+            "versions missing": b'{"type":"hello","role":"control"}',
+            "versions not an array": b'{"type":"hello","versions":1,"role":"control"}',
+            "a version not an integer": b'{"type":"hello","versions":[1,"2"],"role":"control"}',
+            "a version out of range": b'{"type":"hello","versions":[1,-1],"role":"control"}',
+            "role missing": b'{"type":"hello","versions":[1]}',
+            "role unknown": b'{"type":"hello","versions":[1],"role":"admin"}',
+            "app not a string": b'{"type":"hello","versions":[1],"role":"app","app":7}',
+            "client not a string": b'{"type":"hello","versions":[1],"role":"control","client":["x"]}',
+        }
+        for name, header in cases.items():
+            with self.subTest(name), Connection(self.daemon.socket, handshake=False) as connection:
+                connection.send_raw(struct.pack("<II", len(header), 0) + header)
+                self.assertClosedWithError(connection, "invalidArgument")
+        with Connection(self.daemon.socket, handshake=False) as connection:
+            connection.send_frame({"type": "hello", "id": 5, "versions": [1], "role": "nobody"})
+            message = connection.receive(timeout=5.0)
+            self.assertEqual((message.type, message["code"], message.id), ("error", "invalidArgument", 5), message.header)
+        with self.control() as control:
+            self.assertEqual(control.status()["pid"], self.daemon.process.pid)
+
+    def test_invalid_utf8_anywhere_in_the_header_is_malformed(self):
+        sequences = {"0xFF": b"\xff", "overlong /": b"\xc0\xaf", "encoded surrogate": b"\xed\xa0\x80",
+                     "above U+10FFFF": b"\xf4\x90\x80\x80"}
+        for name, bad in sequences.items():
+            # Before the handshake, in a member the daemon decodes (hello's client).
+            with self.subTest(name + " in hello"), Connection(self.daemon.socket, handshake=False) as connection:
+                header = b'{"type":"hello","versions":[1],"role":"control","client":"' + bad + b'"}'
+                connection.send_raw(struct.pack("<II", len(header), 0) + header)
+                self.assertClosedWithError(connection, "malformedFrame")
+            # After it, in a member nobody reads, and in a key.
+            for header in (b'{"type":"status","id":1,"future":"' + bad + b'"}', b'{"type":"status","id":1,"' + bad + b'":1}'):
+                with self.subTest(name, header=header), self.control() as connection:
+                    connection.send_raw(struct.pack("<II", len(header), 0) + header)
+                    self.assertClosedWithError(connection, "malformedFrame")
+
+    def test_non_integer_request_id_is_a_malformed_frame(self):
+        for value in ("1.5", '"7"', "true", "9223372036854775808", "[1]"):
+            with self.subTest(value), self.control() as connection:
+                header = ('{"type":"status","id":' + value + '}').encode()
+                connection.send_raw(struct.pack("<II", len(header), 0) + header)
+                message = connection.receive(timeout=5.0)
+                self.assertEqual((message.type, message["code"]), ("error", "malformedFrame"), message.header)
+                self.assertIn("'id'", message["message"])
+                with self.assertRaises(ConnectionClosed):
+                    connection.receive(timeout=5.0)
+
+    def test_vigilctl_log_refuses_a_negative_limit(self):
+        if not os.access(VIGILCTL, os.X_OK):
+            self.skipTest(f"vigilctl is not built at {VIGILCTL}")
+        run = subprocess.run([VIGILCTL, "--socket", self.daemon.socket, "log", "--limit=-1"],
+                             capture_output=True, text=True, timeout=30)
+        self.assertNotEqual(run.returncode, 0, run.stdout)
+        self.assertIn("--limit", run.stderr)
+        self.assertIn("0…2^63-1", run.stderr)
+        # The daemon itself refuses it too (another client than vigilctl).
+        with self.control() as control:
+            with self.assertRaises(VigilError) as refusal:
+                control.request("log", limit=-1)
+            self.assertEqual(refusal.exception.code, "invalidArgument")
+            self.assertIn("'limit'", str(refusal.exception))
+            self.assertEqual(control.status()["pid"], self.daemon.process.pid)
+        self.assertIsNone(self.daemon.process.poll(), "vigild died" + self.context())
+
+    # -- test wakes follow the background-mode rule (issue 10, item 14)
+
+    def test_test_wake_of_an_accessory_kind_needs_the_mode(self):
+        record = self.records[MODES_APP]
+        with self.control() as control:
+            control.app_action("launch", MODES_APP)
+            self.assertIsNotNone(wait_for_record(record, lambda r: r["kind"] == "launch"), self.context())
+            control.app_action("background", MODES_APP)
+            self.assertTrue(self.eventually(lambda: self.app_info(control, MODES_APP)["state"] == "suspended", 20),
+                            "the app was not suspended" + self.context())
+
+            # The app has no external-accessory mode: not woken, the event waits for the foreground.
+            accepted = control.wake(MODES_APP, kind="accessory.connected", attributes={"connectionID": 1})
+            self.assertEqual(accepted["disposition"], "queued", accepted)
+            self.assertEqual(self.app_info(control, MODES_APP)["state"], "suspended")
+            last = control.log(app=MODES_APP, limit=1)[-1]
+            self.assertIn("external-accessory", last["reason"], last)
+
+            control.app_action("foreground", MODES_APP)
+            event = wait_for_record(record, lambda r: r["kind"] == "event" and r["seq"] == accepted["seq"])
+            self.assertIsNotNone(event, "the queued event was not delivered in the foreground" + self.context())
+            self.assertEqual(event["eventKind"], "accessory.connected")
+
     # -- helpers
 
     @staticmethod
@@ -401,6 +499,199 @@ class ProtocolTests(unittest.TestCase):
                 return True
             time.sleep(0.05)
         return False
+
+
+# Integer members of requests, each with the request that carries it (@ID@ and @VALUE@ are replaced).
+CONTROL_RANGE_CASES = [
+    ("log", "limit", '{"type":"log","id":@ID@,"limit":@VALUE@}'),
+    ("openSession", "connectionID", '{"type":"openSession","id":@ID@,"connectionID":@VALUE@,"protocol":"org.example.x"}'),
+    ("write", "session", '{"type":"write","id":@ID@,"session":@VALUE@}'),
+    ("closeSession", "session", '{"type":"closeSession","id":@ID@,"session":@VALUE@}'),
+    ("ble.respond", "request", '{"type":"ble.respond","id":@ID@,"request":@VALUE@}'),
+    ("ble.startAdvertising", "advertisement.appearance",
+     '{"type":"ble.startAdvertising","id":@ID@,"advertisement":{"appearance":@VALUE@}}'),
+]
+APP_RANGE_CASES = CONTROL_RANGE_CASES[1:] + [
+    ("endBackgroundTask", "task", '{"type":"endBackgroundTask","id":@ID@,"task":@VALUE@}'),
+]
+OUT_OF_RANGE = ["-1", "9223372036854775808", "-9223372036854775808", "-9223372036854775809",
+                "18446744073709551616", "1.5", "1e300", "1e400", "true", '"7"', "null"]
+# null is "absent" for an optional member (a valid request, not sent here); for a required one, invalidArgument.
+OPTIONAL_MEMBERS = {("log", "limit"), ("ble.startAdvertising", "advertisement.appearance")}
+
+
+def range_values(type_name, field):
+    return [value for value in OUT_OF_RANGE if value != "null" or (type_name, field) not in OPTIONAL_MEMBERS]
+
+
+@unittest.skipUnless(os.access(VIGILD, os.X_OK), f"vigild is not built at {VIGILD} (set VIGILD, or run swift build)")
+class RequestRangeTests(unittest.TestCase):
+    """Every integer member of every request, out of range, on a real vigild
+    (issue 10, item 11): an invalidArgument naming member, value and range,
+    and the daemon keeps answering."""
+
+    SCRIPT_APP = "org.example.py.ranges"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="vigil-pytest-ranges-")
+        cls.daemon = Daemon(cls.tmp.name)
+        cls.script = os.path.join(cls.tmp.name, "frames.json")
+        cls.results = os.path.join(cls.tmp.name, "results.json")
+        cls.daemon.add_app(cls.SCRIPT_APP, [PYTHON, PROTOCOL_FUZZ, "script", "--frames", cls.script, "--out", cls.results])
+        cls.daemon.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+        cls.daemon.remove_cgroups()
+        cls.tmp.cleanup()
+
+    def context(self):
+        return "\n--- vigild output ---\n" + self.daemon.log_tail()
+
+    def check_refusal(self, type_name, field, value, answer):
+        where = f"{type_name}.{field} = {value}: {answer}"
+        self.assertIsNotNone(answer, "no answer to " + where + self.context())
+        self.assertEqual(answer["type"], "error", where)
+        self.assertEqual(answer["code"], "invalidArgument", where)
+        if value != "null":
+            self.assertIn(f"'{field}'", answer["message"], where)
+            self.assertIn("…", answer["message"], where)  # the range
+
+    def test_control_requests(self):
+        sent = 0
+        with ControlClient(self.daemon.socket) as control:
+            for type_name, field, template in CONTROL_RANGE_CASES:
+                for value in range_values(type_name, field):
+                    sent += 1
+                    header = template.replace("@ID@", str(sent)).replace("@VALUE@", value).encode()
+                    control.send_raw(struct.pack("<II", len(header), 0) + header)
+                    answer = control.receive(timeout=10)
+                    self.check_refusal(type_name, field, value, answer and answer.header)
+                    self.assertEqual(answer.id, sent)
+                    # Still answering, on the same connection.
+                    self.assertEqual(control.status()["pid"], self.daemon.process.pid, self.context())
+        print(f"\n  control: {sent} out-of-range requests refused, vigild alive", file=sys.stderr)
+        # Before the handshake, hello's versions: fatal, answered.
+        for value in OUT_OF_RANGE[:-1]:
+            with self.subTest(versions=value), Connection(self.daemon.socket, handshake=False) as connection:
+                header = ('{"type":"hello","versions":[1,' + value + '],"role":"control"}').encode()
+                connection.send_raw(struct.pack("<II", len(header), 0) + header)
+                answer = connection.receive(timeout=10)
+                self.assertEqual((answer.type, answer["code"]), ("error", "invalidArgument"), answer.header)
+                self.assertIn("'versions[1]'", answer["message"])
+                with self.assertRaises(ConnectionClosed):
+                    connection.receive(timeout=10)
+        self.assertIsNone(self.daemon.process.poll(), "vigild died" + self.context())
+
+    def test_app_requests(self):
+        headers, expected = [], []
+        for type_name, field, template in APP_RANGE_CASES:
+            for value in range_values(type_name, field):
+                headers.append(template.replace("@ID@", str(len(headers) + 1)).replace("@VALUE@", value))
+                expected.append((type_name, field, value))
+        # ack has no id: nothing to answer, but the daemon must go on answering.
+        for value in OUT_OF_RANGE:
+            headers.append('{"type":"ack","seq":' + value + '}')
+            expected.append(("ack", "seq", value))
+        # In the foreground backgroundTimeRemaining is unlimited: seconds is there, null.
+        headers.append('{"type":"backgroundTimeRemaining","id":999}')
+        expected.append(("backgroundTimeRemaining", None, None))
+        with open(self.script, "w") as script:
+            json.dump(headers, script)
+        with ControlClient(self.daemon.socket) as control:
+            control.app_action("launch", self.SCRIPT_APP)
+            deadline = time.monotonic() + 60
+            while not os.path.exists(self.results) and time.monotonic() < deadline:
+                self.assertIsNone(self.daemon.process.poll(), "vigild died" + self.context())
+                time.sleep(0.05)
+            self.assertTrue(os.path.exists(self.results), "the app wrote no results" + self.context())
+            with open(self.results) as results:
+                results = json.load(results)["results"]
+            self.assertEqual(len(results), len(headers))
+            for (type_name, field, value), result in zip(expected, results):
+                with self.subTest(type_name, value=value):
+                    self.assertIsNotNone(result["probe"], f"no answer after {result['sent']}" + self.context())
+                    self.assertEqual(result["probe"]["type"], "reply", result)
+                    if type_name == "ack":
+                        self.assertIsNone(result["answer"], result)
+                    elif type_name == "backgroundTimeRemaining":
+                        self.assertIn("seconds", result["answer"], result)
+                        self.assertIsNone(result["answer"]["seconds"], result)
+                    else:
+                        self.check_refusal(type_name, field, value, result["answer"])
+            self.assertEqual(control.status()["pid"], self.daemon.process.pid)
+        print(f"\n  app: {len(headers)} requests sent from inside the app, each followed by a probe that was answered",
+              file=sys.stderr)
+
+
+@unittest.skipUnless(os.access(VIGILD, os.X_OK), f"vigild is not built at {VIGILD} (set VIGILD, or run swift build)")
+class RandomFrameTests(unittest.TestCase):
+    """A bounded random-frame fuzzer against a real vigild: frames of every
+    known type with random members and values, invalid UTF-8, random bytes,
+    cut and oversized frames; as control client, before the handshake, and from
+    inside an app. The daemon must stay up and answer a fresh status.
+
+    VIGIL_FUZZ_SEED reproduces a run; VIGIL_FUZZ_FRAMES sets the control count."""
+
+    FUZZ_APP = "org.example.py.fuzz"
+    TARGET_APP = "org.example.py.sleeper"
+
+    @contextlib.contextmanager
+    def daemon_must_answer(self, daemon, context):
+        """A refused connect or a reset means the daemon is gone: a failure, with its output."""
+        try:
+            yield
+        except (OSError, VigilError) as error:
+            self.fail(f"vigild stopped answering ({error}); exit status {daemon.process.poll()}" + context())
+
+    def test_random_frames_leave_the_daemon_answering(self):
+        seed = int(os.environ.get("VIGIL_FUZZ_SEED") or random.randrange(2**32))
+        control_count = int(os.environ.get("VIGIL_FUZZ_FRAMES") or 6000)
+        app_count, handshake_count = control_count // 2, control_count // 6
+        with tempfile.TemporaryDirectory(prefix="vigil-pytest-fuzz-") as tmp:
+            daemon = Daemon(tmp)
+            results = os.path.join(tmp, "fuzz-app.json")
+            daemon.add_app(self.FUZZ_APP, [PYTHON, PROTOCOL_FUZZ, "fuzz", "--count", str(app_count),
+                                           "--seed", str(seed), "--out", results])
+            daemon.add_app(self.TARGET_APP, ["/bin/sleep", "600"])
+            frames_log = os.path.join(tmp, "frames.hex")
+            daemon.start()
+            try:
+                context = lambda: f"\nseed {seed}; frames in {frames_log}\n--- vigild output ---\n" + daemon.log_tail()
+                rng = random.Random(seed)
+                with open(frames_log, "w") as log, self.daemon_must_answer(daemon, context):
+                    # Before the handshake: hellos of every shape, and anything else.
+                    before = protocol_fuzz.fuzz(daemon.socket, None, {"hello": protocol_fuzz.HELLO_MEMBERS}, handshake_count,
+                                                rng, log=log)
+                    self.assertIsNone(daemon.process.poll(), "vigild died before the handshake" + context())
+                    control = protocol_fuzz.fuzz(daemon.socket, {"type": "hello", "versions": [1], "role": "control"},
+                                                 protocol_fuzz.CONTROL_TYPES, control_count, rng,
+                                                 app_ids=[self.TARGET_APP, "org.example.none"], log=log)
+                    self.assertIsNone(daemon.process.poll(), "vigild died under control frames" + context())
+                with ControlClient(daemon.socket) as client:
+                    client.app_action("launch", self.FUZZ_APP)
+                    deadline = time.monotonic() + 120
+                    while not os.path.exists(results) and time.monotonic() < deadline:
+                        self.assertIsNone(daemon.process.poll(), "vigild died under app frames" + context())
+                        time.sleep(0.05)
+                self.assertTrue(os.path.exists(results), "the fuzzing app did not finish" + context())
+                with open(results) as figures:
+                    app = json.load(figures)["figures"]
+                self.assertIsNone(daemon.process.poll(), "vigild died" + context())
+                with ControlClient(daemon.socket) as fresh:
+                    status = fresh.status()
+                    self.assertEqual(status["pid"], daemon.process.pid)
+                total = before["frames"] + control["frames"] + app["frames"]
+                print(f"\n  random frames (seed {seed}): {total} sent: {before['frames']} before the handshake "
+                      f"({before['connections']} connections), {control['frames']} as control "
+                      f"({control['connections']} connections, {control['answers']} answers), {app['frames']} as an app "
+                      f"({app['connections']} connections, {app['answers']} answers); vigild alive, status answered",
+                      file=sys.stderr)
+            finally:
+                daemon.stop()
+                daemon.remove_cgroups()
 
 
 if __name__ == "__main__":
