@@ -53,6 +53,47 @@ struct EngineStreamTests {
         #expect(h.host.eventSeqs(to: id) == [first.seq, first.seq + 1])
     }
 
+    /// Issue 10, item 17: one hand-over may hold more than the bound (a daemon
+    /// gathers up to 16 reads per readiness); no event may exceed it. The old
+    /// way (merge only what fits whole, else one new event of everything)
+    /// queued an event of 268,991 bytes against a bound of 256 KiB.
+    @Test func noStreamEventExceedsTheBoundWhateverAHandOverHolds() throws {
+        let h = Harness()
+        try h.suspended(Harness.plain)  // not woken: everything stays queued, unsent
+        let bound = 256 * 1024
+        var sent: [UInt8] = []
+        func handOver(_ count: Int) throws {
+            let bytes = (0..<count).map { UInt8(truncatingIfNeeded: sent.count + $0 &* 7) }
+            sent += bytes
+            try h.engine.deliverStream(bytes, to: Harness.plain, stream: "s1", maxEventBytes: bound, now: h.now) {
+                QueuedEvent(kind: "session.data", payload: $0, wakeMode: .externalAccessory, stream: "s1")
+            }
+        }
+        try handOver(4_000)
+        try handOver(268_991)  // what was seen: tops up the first event, the rest in a second
+        try handOver(1 << 20)  // 16 reads of 64 KiB at once
+        try handOver(bound)
+        try handOver(1)
+        let events = h.engine.queuedEvents(of: Harness.plain)
+        #expect(events.allSatisfy { $0.payload.count <= bound }, "payloads \(events.map(\.payload.count))")
+        #expect(events.dropLast().allSatisfy { $0.payload.count == bound }, "only the last event is short: \(events.map(\.payload.count))")
+        #expect(events.flatMap(\.payload) == sent, "bytes lost or out of order")
+        #expect(events.map(\.seq) == Array(events[0].seq..<(events[0].seq + UInt64(events.count))))
+    }
+
+    @Test func aStreamDoesNotTopUpAnotherStreamsEvent() throws {
+        let h = Harness()
+        try h.suspended(Harness.plain)
+        for (stream, count) in [("s1", 10), ("s2", 5), ("s2", 7)] {
+            try h.engine.deliverStream(Array(repeating: 1, count: count), to: Harness.plain, stream: stream, maxEventBytes: 8, now: h.now) {
+                QueuedEvent(kind: "session.data", payload: $0, stream: stream)
+            }
+        }
+        let events = h.engine.queuedEvents(of: Harness.plain)
+        #expect(events.map(\.stream) == ["s1", "s1", "s2", "s2"])
+        #expect(events.map(\.payload.count) == [8, 2, 8, 4])
+    }
+
     @Test func mergesIntoTheEventOfAnAppThatMayNotBeWokenLogNothing() throws {
         let h = Harness()
         try h.suspended(Harness.plain)

@@ -227,17 +227,14 @@ extension DaemonCore {
             withEngine { engine, now in
                 // A burst becomes one event: one wake, not one per read. While
                 // the app handles one event of this session the next grows here
-                // (the stream is paced by its acknowledgements), up to the size
-                // of one frame.
-                let merged = engine.merge(bytes, into: app, if: {
-                    $0.stream == stream && $0.payload.count + bytes.count <= Self.maxDataEventBytes
-                }, now: now)
-                if merged != nil { return }
-                let event = QueuedEvent(
-                    kind: AccessoryEventKind.data, attributes: ["session": tag], payload: bytes, wakeMode: .externalAccessory,
-                    stream: stream)
+                // (the stream is paced by its acknowledgements), never beyond the
+                // bound, however much one readiness gathered.
                 do {
-                    try engine.deliver(event, to: app, canBeHeldBack: true, now: now)
+                    try engine.deliverStream(bytes, to: app, stream: stream, maxEventBytes: Self.maxDataEventBytes, now: now) {
+                        QueuedEvent(
+                            kind: AccessoryEventKind.data, attributes: ["session": tag], payload: $0, wakeMode: .externalAccessory,
+                            stream: stream)
+                    }
                 } catch {
                     // canBuffer checked for room first; a full queue here is a bug worth seeing.
                     logger.error("session \(session): \(bytes.count) bytes could not be queued for \(app): \(error)")

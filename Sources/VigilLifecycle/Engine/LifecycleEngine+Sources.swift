@@ -23,6 +23,31 @@ extension LifecycleEngine {
         return seq
     }
 
+    /// Queues `bytes` of a data stream (e.g. one accessory session) so that no
+    /// event's payload ever exceeds `maxEventBytes`: as much as fits tops up
+    /// the app's last unsent event of the stream (a burst is one event and one
+    /// wake), the rest goes in new events from `makeEvent`, each at most
+    /// `maxEventBytes`. Bytes stay in order. A refusal (`queueFull`) can come
+    /// only from a new event; the bytes before it are queued.
+    public func deliverStream(
+        _ bytes: [UInt8], to id: String, stream: String, maxEventBytes: Int, now: UInt64,
+        makeEvent: ([UInt8]) -> QueuedEvent
+    ) throws(ProtocolError) {
+        precondition(maxEventBytes > 0, "a stream event holds at least one byte")
+        var rest = bytes[...]
+        if let last = apps[id]?.queue.events.last, last.stream == stream, last.payload.count < maxEventBytes {
+            let part = rest.prefix(maxEventBytes - last.payload.count)
+            if merge(Array(part), into: id, if: { $0.stream == stream }, now: now) != nil {
+                rest = rest.dropFirst(part.count)
+            }
+        }
+        while !rest.isEmpty {
+            let part = rest.prefix(maxEventBytes)
+            try deliver(makeEvent(Array(part)), to: id, canBeHeldBack: true, now: now)
+            rest = rest.dropFirst(part.count)
+        }
+    }
+
     /// Withdraws unsent events that `matches` accepts (coalescing), recording why.
     @discardableResult
     public func withdraw(from id: String, reason: String, where matches: (QueuedEvent) -> Bool) -> [QueuedEvent] {
