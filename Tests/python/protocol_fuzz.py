@@ -6,6 +6,8 @@ as an app (vigild launches it; it connects with the app role):
     protocol_fuzz.py fuzz   --out FILE --count N --seed S   random app-role frames
     protocol_fuzz.py script --out FILE --frames FILE        the given headers, one by one,
                                                             each followed by a probe request
+    protocol_fuzz.py takeover --out FILE                    a second connection of the app
+                                                            while the first holds an event
 
 Both write one JSON object to FILE when done. Only the standard library and
 clients/python/vigil_client.py are used.
@@ -287,9 +289,48 @@ def run_script(path, headers):
     return results
 
 
+def run_takeover(path):
+    """Connection A takes an event and does not acknowledge it; connection B of
+    the same app says hello. Reports what A saw after that and what B got."""
+    hello = {"type": "hello", "versions": [1], "role": "app"}
+    first = RawPeer(path, hello)
+    event = None
+    while event is None:
+        message = first.next(timeout=10)
+        if message is None:
+            return {"error": "no event on the first connection"}
+        if message.type == "event":
+            event = message.header
+    second = RawPeer(path, hello)
+    after = []
+    while True:
+        message = first.next(timeout=10)
+        if message is None:
+            break
+        after.append(message.header)
+    redelivered = None
+    while redelivered is None:
+        message = second.next(timeout=10)
+        if message is None:
+            break
+        if message.type == "event":
+            redelivered = message.header
+    if redelivered is not None:
+        second.send(frame(json.dumps({"type": "ack", "seq": redelivered["seq"]}).encode()))
+    second.send(frame(json.dumps({"type": "backgroundTimeRemaining", "id": 1}).encode()))
+    probe = None
+    while probe is None:
+        message = second.next(timeout=10)
+        if message is None:
+            break
+        if message.id == 1:
+            probe = message.header
+    return {"first": event, "afterTakeover": after, "firstClosed": first.closed, "second": redelivered, "probe": probe}
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["fuzz", "script"])
+    parser.add_argument("mode", choices=["fuzz", "script", "takeover"])
     parser.add_argument("--out", required=True)
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
@@ -300,6 +341,8 @@ def main():
         figures = fuzz(path, {"type": "hello", "versions": [1], "role": "app"}, APP_TYPES, arguments.count,
                        random.Random(arguments.seed))
         result = {"figures": figures}
+    elif arguments.mode == "takeover":
+        result = run_takeover(path)
     else:
         with open(arguments.frames) as frames:
             result = {"results": run_script(path, json.load(frames))}

@@ -474,7 +474,7 @@ class ProtocolTests(unittest.TestCase):
                             "the app was not suspended" + self.context())
 
             # The app has no external-accessory mode: not woken, the event waits for the foreground.
-            accepted = control.wake(MODES_APP, kind="accessory.connected", attributes={"connectionID": 1})
+            accepted = control.wake(MODES_APP, kind="accessory.connected", attributes={"connectionID": 1, "protocolStrings": []})
             self.assertEqual(accepted["disposition"], "queued", accepted)
             self.assertEqual(self.app_info(control, MODES_APP)["state"], "suspended")
             last = control.log(app=MODES_APP, limit=1)[-1]
@@ -692,6 +692,88 @@ class RandomFrameTests(unittest.TestCase):
             finally:
                 daemon.stop()
                 daemon.remove_cgroups()
+
+
+@unittest.skipUnless(os.access(VIGILD, os.X_OK), f"vigild is not built at {VIGILD} (set VIGILD, or run swift build)")
+class DocumentedEdgeTests(unittest.TestCase):
+    """What docs/protocol.md says about a second app connection and a full
+    queue (issue 10, item 15), on a real vigild with a queue of 3."""
+
+    TAKEOVER_APP = "org.example.py.takeover"
+    QUEUE_APP = "org.example.py.queue"
+    LIMIT = 3
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="vigil-pytest-edges-")
+        cls.daemon = Daemon(cls.tmp.name)
+        with open(cls.daemon.config) as config:
+            text = config.read()
+        with open(cls.daemon.config, "w") as config:
+            config.write(text.replace("event-queue-limit = 1000", f"event-queue-limit = {cls.LIMIT}"))
+        cls.takeover = os.path.join(cls.tmp.name, "takeover.json")
+        cls.record = os.path.join(cls.tmp.name, "queue.jsonl")
+        cls.daemon.add_app(cls.TAKEOVER_APP, [PYTHON, PROTOCOL_FUZZ, "takeover", "--out", cls.takeover])
+        cls.daemon.add_python_app(cls.QUEUE_APP, cls.record)
+        cls.daemon.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+        cls.daemon.remove_cgroups()
+        cls.tmp.cleanup()
+
+    def context(self):
+        return "\n--- vigild output ---\n" + self.daemon.log_tail()
+
+    def test_a_second_app_connection_takes_over_the_first(self):
+        with ControlClient(self.daemon.socket) as control:
+            accepted = control.wake(self.TAKEOVER_APP, payload=b"held")
+            self.assertEqual(accepted["disposition"], "launched", accepted)
+            deadline = time.monotonic() + 30
+            while not os.path.exists(self.takeover) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        self.assertTrue(os.path.exists(self.takeover), "the app wrote nothing" + self.context())
+        with open(self.takeover) as result:
+            result = json.load(result)
+        self.assertEqual(result["first"]["seq"], accepted["seq"], result)
+        # The first connection ends without a word; the second gets the event again.
+        self.assertEqual(result["afterTakeover"], [], result)
+        self.assertTrue(result["firstClosed"], result)
+        self.assertIsNotNone(result["second"], result)
+        self.assertEqual((result["second"]["seq"], result["second"]["redelivered"]), (accepted["seq"], True), result)
+        self.assertEqual(result["probe"]["type"], "reply", result)
+
+    def test_a_full_queue_refuses_and_reports_overflow(self):
+        with ControlClient(self.daemon.socket) as control:
+            control.app_action("launch", self.QUEUE_APP)
+            self.assertIsNotNone(wait_for_record(self.record, lambda r: r["kind"] == "launch"), self.context())
+            control.app_action("background", self.QUEUE_APP)
+            deadline = time.monotonic() + 20
+            while self.state(control) != "suspended" and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self.assertEqual(self.state(control), "suspended", self.context())
+            # Kinds the app has no mode for: queued, not woken, until the queue is full.
+            accessory = {"connectionID": 1, "protocolStrings": []}
+            seqs = [control.wake(self.QUEUE_APP, kind="accessory.connected", attributes=accessory)["seq"]
+                    for _ in range(self.LIMIT)]
+            with self.assertRaises(VigilError) as refusal:
+                control.wake(self.QUEUE_APP, kind="accessory.disconnected")
+            self.assertEqual(refusal.exception.code, "queueFull")
+            self.assertIn("dropped", refusal.exception.message)
+            info = next(app for app in control.apps() if app["id"] == self.QUEUE_APP)
+            self.assertEqual(info["droppedEvents"], 1, info)
+            # In the foreground the app gets the three, acknowledges them, then the report.
+            control.app_action("foreground", self.QUEUE_APP)
+            overflow = wait_for_record(self.record, lambda r: r["kind"] == "event" and r["eventKind"] == "overflow")
+            self.assertIsNotNone(overflow, "no overflow event" + self.context())
+            self.assertEqual(overflow["attributes"], {"dropped": 1, "firstDroppedKind": "accessory.disconnected"})
+            delivered = [r["seq"] for r in read_records(self.record) if r["kind"] == "event" and r["eventKind"] != "overflow"]
+            self.assertEqual(delivered, seqs)
+            self.assertGreater(overflow["seq"], seqs[-1])
+
+    def state(self, control):
+        return next(app for app in control.apps() if app["id"] == self.QUEUE_APP)["state"]
 
 
 if __name__ == "__main__":
