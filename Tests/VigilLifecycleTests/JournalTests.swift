@@ -10,6 +10,19 @@ struct JournalTests {
     let plain = Harness.plain
     let accessory = Harness.accessory
 
+    @Test func durabilityIsAConfigKey() throws {
+        let defaults = DaemonConfig(system: true)
+        #expect(defaults.durability == .process)
+        #expect(try DaemonConfig.parse("durability = \"power\"\n", file: "/etc/vigil/vigild.toml", defaults: defaults).durability == .power)
+        do {
+            _ = try DaemonConfig.parse("durability = \"disk\"\n", file: "/etc/vigil/vigild.toml", defaults: defaults)
+            Issue.record("durability = \"disk\" was accepted")
+        } catch {
+            #expect(error.field == "durability" && error.file == "/etc/vigil/vigild.toml")
+            #expect(error.message.contains("process") && error.message.contains("power"))
+        }
+    }
+
     @Test func crc32MatchesTheStandardCheckValue() {
         #expect(CRC32.checksum(Array("123456789".utf8)) == 0xCBF4_3926)
         #expect(CRC32.checksum([UInt8]()) == 0)

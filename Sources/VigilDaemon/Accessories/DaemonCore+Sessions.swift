@@ -110,7 +110,10 @@ extension DaemonCore {
             let delay = retry.backoff.failed()
             let vanished = (error as? SystemError).map { [ENOENT, ENXIO, ENODEV, EIO].contains($0.errno.rawValue) } ?? false
             let message = "session \(id): could not reopen \(DeviceText.escaped(accessory.info.deviceNode)) (attempt \(retry.backoff.failures)): \(error); it waits for the accessory, next try in \(delay)"
-            if vanished { logger.info("\(message)") } else { logger.warning("\(message)") }
+            // Attempts 1, 2, 4, 8, ...: a node that stays unopenable is not a log flood.
+            if retry.backoff.failures.nonzeroBitCount == 1 {
+                if vanished { logger.info("\(message)") } else { logger.warning("\(message)") }
+            }
             retry.timer = loop.schedule(after: delay) { [unowned self] in
                 self.assumeIsolated { core in
                     guard core.accessoryState.reopenRetries[id]?.connectionID == connectionID else { return }
