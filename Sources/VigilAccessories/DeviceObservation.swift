@@ -42,7 +42,7 @@ public struct USBIdentity: Sendable, Hashable {
 
 /// Who an accessory is, independent of the node it got this time: a
 /// replugged device may come back as another /dev/ttyACMn.
-public struct AccessoryIdentity: Sendable, Hashable, CustomStringConvertible {
+public struct AccessoryIdentity: Sendable, Hashable, Codable, CustomStringConvertible {
     public var key: String
 
     init(_ observation: DeviceObservation) {

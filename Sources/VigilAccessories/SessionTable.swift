@@ -1,7 +1,7 @@
 import VigilProtocol
 
 /// Who holds a session.
-public enum SessionHolder: Sendable, Hashable, CustomStringConvertible {
+public enum SessionHolder: Sendable, Hashable, Codable, CustomStringConvertible {
     case app(String)
     /// A person's terminal (`vigilctl accessory open`), by control connection.
     case control(Int)
@@ -15,7 +15,7 @@ public enum SessionHolder: Sendable, Hashable, CustomStringConvertible {
 }
 
 /// One open session: a byte stream with one accessory for one protocol.
-public struct SessionRecord: Sendable, Equatable {
+public struct SessionRecord: Sendable, Equatable, Codable {
     public var id: Int
     public var holder: SessionHolder
     public var connectionID: UInt64
@@ -48,6 +48,9 @@ public struct SessionTable: Sendable {
             throw ProtocolError(.notPermitted, "the app's manifest does not declare accessory protocol '\(name)' (accessory-protocols = \(declaredProtocols))")
         }
         if let holderSession = sessions.values.first(where: { $0.connectionID == accessory.connectionID && $0.protocolString == name }) {
+            // Its own holder asking again (an app reconnecting after a daemon
+            // restart, which re-established the session for it) gets it back.
+            if holderSession.holder == holder { return holderSession }
             throw ProtocolError(.invalidState, "accessory \(accessory.connectionID) protocol '\(name)' is already held by \(holderSession.holder) (session \(holderSession.id))")
         }
         let record = SessionRecord(
@@ -56,6 +59,21 @@ public struct SessionTable: Sendable {
         nextID += 1
         sessions[record.id] = record
         return record
+    }
+
+    /// The id the next session gets: ids are never reused, across daemon
+    /// restarts included (apps tell their sessions apart by id).
+    public var nextSessionID: Int { nextID }
+
+    /// Takes back the sessions an earlier daemon recorded (`SessionRecordFile`),
+    /// all waiting for their accessory; the daemon reopens them.
+    public mutating func restore(_ records: [SessionRecord], nextSessionID: Int) {
+        // Connection ids are the dead daemon's: none is connected now (ids start at 1).
+        for var record in records {
+            record.connectionID = 0
+            sessions[record.id] = record
+        }
+        nextID = max(nextID, nextSessionID, (records.map(\.id).max() ?? 0) + 1)
     }
 
     @discardableResult
@@ -75,13 +93,16 @@ public struct SessionTable: Sendable {
     /// the identity at once (`byPortOnly`: cloned serial numbers), only the
     /// sessions last on the same USB port: a clone never takes another
     /// device's session.
+    /// `restoring`: sessions re-established after a daemon restart, which
+    /// move to their accessory whether or not they asked to reopen.
     public func toReopen(
-        on accessory: AccessoryInfo, identity: AccessoryIdentity, byPortOnly: Bool, isWaiting: (Int) -> Bool
+        on accessory: AccessoryInfo, identity: AccessoryIdentity, byPortOnly: Bool, restoring: Set<Int> = [],
+        isWaiting: (Int) -> Bool
     ) -> [SessionRecord] {
         let port = AccessoryIdentity.usbPortPath(accessory.sysPath)
         var held = Set(sessions(of: accessory.connectionID).map(\.protocolString))
         return sessions.values.sorted { $0.id < $1.id }.filter { record in
-            record.reopen && record.identity == identity && isWaiting(record.id)
+            (record.reopen || restoring.contains(record.id)) && record.identity == identity && isWaiting(record.id)
                 && (!byPortOnly || AccessoryIdentity.usbPortPath(record.sysPath) == port)
                 && held.insert(record.protocolString).inserted
         }

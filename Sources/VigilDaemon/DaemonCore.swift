@@ -132,6 +132,7 @@ actor DaemonCore {
         adoptSurvivors()
         engine.relaunchForRestoredEvents(now: now)
         startAccessories()
+        restoreSessions()
         startBluetooth(restoring: saved.bluetooth)
         logger.notice("listening", metadata: [
             "socket": "\(socketPath)", "suspension": "\(suspender.mechanism.rawValue)", "detail": "\(suspender.detail)",

@@ -67,25 +67,31 @@ def missing():
     return None
 
 
-# KNOWN FAILURE (issue 10, open): accessory sessions do not yet survive a
-# SIGKILL of vigild. The port's fd dies with the daemon; the next daemon
-# adopts the suspended app but reopens no session, so the device's bytes sit
-# unread and nothing wakes the app (about 800 of 1,200 records lost per run).
-# The two variants with a suspended app still run and print their figures
-# every time; remove these markers with the fix (an unexpected success fails
-# the run, so they cannot go stale).
-KNOWN_SESSION_LOSS = unittest.expectedFailure
+# KNOWN LIMIT (issue 10, open): bytes the kernel still held in the tty's input
+# buffer when vigild died can be lost: the port's last fd dies with the daemon,
+# and a tty discards unread input on its last close (seen: 0-2 emitter batches
+# of 20 records over 20 kills; an fd kept across the daemon's death, such as
+# systemd's file descriptor store, would close it). Tolerated here, printed,
+# and bounded: each lost run is at most one batch, at most one run per kill,
+# and the stream must go on to its end. Anything else (the old "session not
+# re-established" loss stopped the stream: ~800 records) fails.
+def tty_close_losses(lost, batch, kills):
+    runs = []
+    for n in lost:
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return runs, all(len(run) <= batch for run in runs) and len(runs) <= kills
 
 
 @unittest.skipIf(missing(), missing() or "")
 class DaemonKillTests(unittest.TestCase):
-    @KNOWN_SESSION_LOSS
     def test_sigkill_during_a_stream_with_the_cgroup_freezer(self):
         if not freezer_available():
             self.skipTest("no writable cgroup v2 tree (needs root)")
         self.run_variant("cgroup")
 
-    @KNOWN_SESSION_LOSS
     def test_sigkill_during_a_stream_with_the_signal_fallback(self):
         self.run_variant("signal")
 
@@ -209,6 +215,11 @@ class DaemonKillTests(unittest.TestCase):
         print(f"  at the end: app {info['state']} (pid {info['pid']}); left stopped {len(left_stopped)}, "
               f"left frozen {len(left_frozen)}, orphaned {len(orphaned)} {orphaned or ''}")
 
+        runs, within_limit = tty_close_losses(lost, emitter.batch, KILLS)
+        if lost and within_limit and max(figures["stored"], default=0) > emitter.emitted - emitter.batch:
+            print(f"  KNOWN LIMIT: {len(lost)} records in {len(runs)} runs of at most {emitter.batch} "
+                  f"(unread tty input discarded with the dead daemon's fd); tolerated")
+            lost = []
         problems = []
         for name, count in (("lost", len(lost)), ("sequence numbers reused", figures["reused"]),
                             ("unflagged duplicates", figures["unflagged_duplicates"]),

@@ -27,12 +27,18 @@ extension DaemonCore {
         let record = try sessions.open(
             holder: holder, accessory: accessory.info, identity: accessory.identity, protocol: request.protocol,
             declaredProtocols: declared, lineSettings: settings.description, reopen: request.reopen ?? false)
+        if accessoryState.ports[record.id] != nil {
+            // Already open for this holder (re-established after a daemon restart).
+            return SessionOpened(session: record.id, accessory: accessory.info)
+        }
+        cancelReopen(record.id)
         do {
             try openPort(record.id, node: accessory.info.deviceNode, settings: settings)
         } catch {
             throw ProtocolError(.invalidState, "cannot open \(accessory.info.deviceNode): \(error)")
         }
         accessoryState.sessions = sessions
+        recordSessions()
         logger.info("session \(record.id) opened: \(holder) on \(DeviceText.quoted(accessory.info.name)) for \(request.protocol) (\(settings))")
         return SessionOpened(session: record.id, accessory: accessory.info)
     }
@@ -64,6 +70,7 @@ extension DaemonCore {
         if !keepForReopen {
             cancelReopen(id)
             accessoryState.sessions.close(id)
+            recordSessions()
         }
         logger.info("session \(id) closed: \(reason)\(keepForReopen ? "; it reopens when the accessory returns" : "")")
         guard notify else { return }
@@ -90,6 +97,60 @@ extension DaemonCore {
             accessoryState.sessions.rebind(record.id, to: accessory.info)
             reopen(record.id, on: accessory)
         }
+        if !waiting.isEmpty { recordSessions() }
+    }
+
+    /// Writes the apps' sessions to `sessions.json` (see `SessionRecordFile`).
+    func recordSessions() {
+        do {
+            try SessionRecordFile(directory: config.stateDirectory).save(accessoryState.sessions)
+        } catch {
+            logger.error("cannot record sessions in \(config.stateDirectory)/sessions.json: \(error)")
+        }
+    }
+
+    /// Re-establishes the sessions an earlier daemon recorded, with their ids,
+    /// for apps that are still known and not force-quit: reopened at once on
+    /// their accessory when it is connected (the app is told `reopened`, which
+    /// wakes it by the usual rule); otherwise a `reopen` session waits for it as
+    /// after an unplug, and any other session ends, its app told. Call once
+    /// accessories are enumerated and apps adopted.
+    func restoreSessions() {
+        let file = SessionRecordFile(directory: config.stateDirectory)
+        let saved: SessionRecordFile.Contents
+        do {
+            saved = try file.load()
+        } catch {
+            logger.error("cannot read \(file.path), no session re-established: \(error)")
+            return
+        }
+        let kept = saved.sessions.filter { record in
+            guard case let .app(app) = record.holder, let known = engine.apps[app] else { return false }
+            return !known.forceQuit
+        }
+        accessoryState.sessions.restore(kept, nextSessionID: saved.nextSessionID)
+        var pending = Set(kept.map(\.id))
+        for accessory in accessoryState.registry.connected.values.sorted(by: { $0.info.connectionID < $1.info.connectionID }) {
+            let matched = accessoryState.sessions.toReopen(
+                on: accessory.info, identity: accessory.identity,
+                byPortOnly: accessoryState.registry.sharedIdentities.contains(accessory.identity),
+                restoring: pending, isWaiting: { pending.contains($0) })
+            for record in matched {
+                pending.remove(record.id)
+                accessoryState.sessions.rebind(record.id, to: accessory.info)
+                logger.info("session \(record.id) of \(record.holder) re-established after a daemon restart")
+                reopen(record.id, on: accessory)
+            }
+        }
+        for id in pending.sorted() {
+            guard let record = accessoryState.sessions.sessions[id] else { continue }
+            if record.reopen {
+                logger.info("session \(id) of \(record.holder) re-established after a daemon restart; it reopens when the accessory returns")
+            } else {
+                endSession(id, reason: "the accessory was gone when vigild restarted", keepForReopen: false)
+            }
+        }
+        recordSessions()
     }
 
     /// Opens a waiting session's port on the accessory's connection. A failed
