@@ -79,11 +79,13 @@ extension DaemonCore {
             connection.phase = .app(owner)
             appConnections[owner] = connection.id
             // Welcome first, then whatever the engine sends on connecting (didBecomeActive, events).
-            let app = engine.apps[owner]!
+            guard let app = withEngine({ engine, now in engine.identified(owner, now: now) }) else {
+                throw ProtocolError(.unauthorized, "process \(pid) belongs to an app that is gone")
+            }
             send(
                 Welcome(
                     version: version, daemon: Self.version, role: .app, app: owner, state: app.state,
-                    launch: withRestoreIdentifiers(app.launch, of: owner), deadline: app.state.isForeground ? nil : app.limitAt, limits: limits),
+                    launch: withRestoreIdentifiers(app.launch, of: owner), deadline: app.deadline, limits: limits),
                 to: connection)
             _ = try withEngine { engine, now in engine.connected(owner, now: now) }
         }

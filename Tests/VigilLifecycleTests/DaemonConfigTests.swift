@@ -60,6 +60,7 @@ struct DaemonConfigTests {
             background-time-limit = 30.0
             expiration-warning = 3.25
             exit-grace = 4.0
+            launch-timeout = 7.5
             relaunch-window = 11.0
             relaunch-limit = 6
             """
@@ -77,6 +78,7 @@ struct DaemonConfigTests {
         #expect(config.timings.backgroundTimeLimit == 30)
         #expect(config.timings.expirationWarning == 3.25)
         #expect(config.timings.exitGrace == 4)
+        #expect(config.timings.launchTimeout == 7.5)
         #expect(config.timings.relaunchWindow == 11)
         #expect(config.timings.relaunchLimit == 6)
     }
@@ -135,6 +137,7 @@ struct DaemonConfigTests {
         ("[timings]\nbackground-time-limit = 0.5", "timings.background-time-limit", "from 1 to 86400"),
         ("[timings]\nexpiration-warning = -1", "timings.expiration-warning", "-1 is out of range: must be a number of seconds from 0 to 86400"),
         ("[timings]\nexit-grace = 3601", "timings.exit-grace", "from 0.1 to 3600"),
+        ("[timings]\nlaunch-timeout = 0", "timings.launch-timeout", "0 is out of range: must be a number of seconds from 0.1 to 3600"),
         ("[timings]\nrelaunch-window = 0", "timings.relaunch-window", "from 1 to 86400"),
         ("[timings]\nrelaunch-limit = 0", "timings.relaunch-limit", "0 is out of range: must be an integer from 1 to 1000"),
         ("[timings]\nrelaunch-limit = 1001", "timings.relaunch-limit", "1001 is out of range"),
@@ -188,6 +191,7 @@ struct DaemonConfigTests {
             background-time-limit = \(R.backgroundTimeLimit.lowerBound)
             expiration-warning = \(R.expirationWarning.lowerBound)
             exit-grace = \(R.exitGrace.lowerBound)
+            launch-timeout = \(R.launchTimeout.lowerBound)
             relaunch-window = \(R.relaunchWindow.lowerBound)
             relaunch-limit = \(R.relaunchLimit.lowerBound)
             """, file: file, defaults: defaults)
@@ -203,6 +207,7 @@ struct DaemonConfigTests {
             background-time-limit = \(R.backgroundTimeLimit.upperBound)
             expiration-warning = 3600
             exit-grace = \(R.exitGrace.upperBound)
+            launch-timeout = \(R.launchTimeout.upperBound)
             relaunch-window = \(R.relaunchWindow.upperBound)
             relaunch-limit = \(R.relaunchLimit.upperBound)
             """, file: file, defaults: defaults)
@@ -220,7 +225,7 @@ struct DaemonConfigTests {
         #expect(R.suspendGrace.contains(t.suspendGrace) && R.wakeBudget.contains(t.wakeBudget))
         #expect(R.backgroundTimeLimit.contains(t.backgroundTimeLimit) && R.expirationWarning.contains(t.expirationWarning))
         #expect(R.exitGrace.contains(t.exitGrace) && R.relaunchWindow.contains(t.relaunchWindow))
-        #expect(R.relaunchLimit.contains(t.relaunchLimit))
+        #expect(R.relaunchLimit.contains(t.relaunchLimit) && R.launchTimeout.contains(t.launchTimeout))
     }
 
     /// Durations that reach the engine some other way saturate rather than trap.

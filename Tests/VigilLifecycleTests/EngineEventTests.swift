@@ -252,3 +252,60 @@ struct EngineEventTests {
         #expect(h.host.events(to: id).map(\.kind) == ["a", "overflow"])
     }
 }
+
+/// A process launched into the background for an event: its processing window
+/// starts at its hello, and it has `launch-timeout` to say it.
+@Suite struct LaunchWindowTests {
+    let id = Harness.plain
+
+    @Test func aLaunchedAppIsNotSuspendedBeforeItConnects() throws {
+        let h = Harness()
+        #expect(try h.deliver("a").disposition == .launched)
+        let launchedAt = h.now
+        #expect(h.engine.nextDeadline == launchedAt + nanoseconds(h.engine.timings.launchTimeout))
+        // Slower to start than the wake budget, within the launch timeout.
+        h.advance(h.engine.timings.wakeBudget * 1.5)
+        #expect(h.state(id) == .background)
+        #expect(h.host.freezes(id) == 0)
+
+        let welcome = try #require(h.engine.connected(id, now: h.now))
+        #expect(welcome.state == .background)
+        #expect(welcome.deadline == h.now + nanoseconds(h.engine.timings.backgroundTimeLimit))
+        #expect(h.host.eventSeqs(to: id) == [1])
+        // The whole budget from the hello on, then suspended as after any wake.
+        h.advance(h.engine.timings.wakeBudget - 0.1)
+        #expect(h.state(id) == .background)
+        h.advance(0.2)
+        #expect(h.state(id) == .suspended)
+    }
+
+    @Test func anAppThatNeverConnectsIsEndedAtTheLaunchTimeoutAndWaitsForTheNextEvent() throws {
+        let h = Harness()
+        try h.deliver("a")
+        let pid = try #require(h.pid(id))
+        h.advance(h.engine.timings.launchTimeout - 0.1)
+        #expect(h.state(id) == .background, "still starting")
+        h.advance(0.2)
+        #expect(h.state(id) == .notRunning)
+        #expect(h.host.kills(id) == 1)
+        let ended = try #require(h.host.decisions(.terminate, for: id).last)
+        #expect(ended.reason.contains("launch-timeout") && ended.reason.contains("1 event(s) wait"))
+        h.engine.processExited(id, pid: pid, status: "signal 9", crashed: false, now: h.now)
+        // Not relaunched by itself (a process that cannot connect would loop)...
+        h.advance(h.engine.timings.relaunchWindow * 2)
+        #expect(h.host.starts.count == 1)
+        #expect(h.app(id).queue.events.count == 1, "its event still waits")
+        // ...but by the next event, which finds both events waiting.
+        #expect(try h.deliver("b").disposition == .launched)
+        _ = h.engine.connected(id, now: h.now)
+        #expect(h.host.events(to: id).map(\.kind) == ["a", "b"])
+    }
+
+    @Test func aForegroundLaunchHasNoLaunchTimeout() throws {
+        let h = Harness()
+        try h.engine.launch(id, now: h.now)
+        h.advance(h.engine.timings.launchTimeout * 3)
+        #expect(h.state(id) == .inactive)
+        #expect(h.host.kills(id) == 0)
+    }
+}

@@ -12,13 +12,16 @@ each event it says it has finished processing, so vigild may suspend it.
 
     --accessory-protocol P   keep a `reopen` session with the accessory that
                              speaks P (opened again after every reconnect)
+    --start-delay S          sleep S seconds before the first connection
+                             (an app slow to start: an interpreter, a
+                             loaded machine)
     --hold                   leave an event whose attribute `hold` is true
                              unacknowledged the first time (redelivered
                              copies are acknowledged), and, since `ack` is
                              cumulative, every later one on that connection:
                              the app then holds unacknowledged events
 
-Record lines (`kind`): hello (pid, state, launch), event (seq, eventKind,
+Record lines (`kind`): started (the process, before any delay), hello (pid, state, launch), event (seq, eventKind,
 redelivered, attributes, payloadHex, acked), lifecycle, sessionOpened,
 openFailed, dropped (the connection), refused (exit at unauthorized).
 """
@@ -126,8 +129,11 @@ def main():
     parser.add_argument("--socket", default=None)
     parser.add_argument("--accessory-protocol", default=None)
     parser.add_argument("--hold", action="store_true")
+    parser.add_argument("--start-delay", type=float, default=0.0)
     options = parser.parse_args()
     record = Recorder(options.record)
+    record(kind="started")
+    time.sleep(options.start_delay)
     while True:
         app = connect(record, options.socket)
         if app is None:

@@ -274,30 +274,6 @@ def app_info(control, app_id):
     return next(app for app in control.apps() if app["id"] == app_id)
 
 
-def wait_delivered(control, app_id, condition, timeout, nudges):
-    """Waits up to `timeout` s for `condition`. An app whose window ends
-    before it has taken its events is suspended with them queued and not
-    woken for them (lifecycle.md: a slow app; also an app launched for an
-    event that has not connected when its window ends, as a Python app on a
-    loaded machine may); a later event wakes it. So when the app is
-    suspended with events queued and `condition` is still false after a
-    third of `timeout`, one more event (attribute `nudge`) is sent, as any
-    source would; its seq goes to `nudges`."""
-    started = time.monotonic()
-    next_nudge = started + timeout / 3
-    while not condition():
-        now = time.monotonic()
-        if now > started + timeout:
-            return False
-        if now > next_nudge:
-            info = app_info(control, app_id)
-            if info["state"] == "suspended" and (info["queuedEvents"] or info["unacknowledgedEvents"]):
-                nudges.append(control.wake(app_id, attributes={"nudge": True}, payload=b"nudge")["seq"])
-            next_nudge = now + timeout / 3
-        time.sleep(0.02)
-    return True
-
-
 # -- a plain vigild (no udev)
 
 def _protocol_daemon():

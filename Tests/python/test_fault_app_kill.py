@@ -24,7 +24,7 @@ import unittest
 
 from fault_harness import (
     FAULT_APP, PYTHON, VIGILD, FaultDaemon, app_info, connect_control, decisions_in_log,
-    freezer_available, kill_all, processes_with, read_jsonl, seed, wait_delivered, wait_for,
+    freezer_available, kill_all, processes_with, read_jsonl, seed, wait_for,
 )
 
 APP = "org.vigil.test.faultholder"
@@ -67,7 +67,6 @@ class AppKillTests(unittest.TestCase):
         held_at_kill = []  # (seq, pid killed)
         moments = {"running": 0, "suspended": 0}
         stuck = None
-        nudges = []
         for round in range(KILLS):
             for hold in [False] * rng.randint(0, 3) + [True] * rng.randint(1, 4):
                 accepted = control.wake(APP, attributes={"round": round, "hold": hold}, payload=f"{round}".encode())
@@ -89,8 +88,8 @@ class AppKillTests(unittest.TestCase):
             held_at_kill += [(seq, pid) for seq in held]
             # Relaunched, every held event redelivered to a later process, and all acknowledged.
             again = lambda: {e["seq"] for e in events() if e["pid"] != pid and e["seq"] in held}  # noqa: E731
-            if not wait_delivered(control, APP, lambda: again() == set(held)
-                                  and app_info(control, APP)["unacknowledgedEvents"] == 0, STEP, nudges):
+            if not wait_for(lambda: again() == set(held)
+                                  and app_info(control, APP)["unacknowledgedEvents"] == 0, STEP):
                 stuck = f"round {round}: after the kill of {pid}, {len(set(held) - again())} of {len(held)} " \
                         f"held events not redelivered"
                 break
@@ -114,8 +113,7 @@ class AppKillTests(unittest.TestCase):
         print(f"  sent {len(sent)}, held at the kills {len(held_at_kill)}, redelivered {len(redelivered)}, "
               f"lost {len(lost)}, not redelivered {len(not_redelivered)}, unflagged copies {len(unflagged)}, "
               f"acknowledged events delivered again {len(acked_again)}; relaunches {relaunches}, "
-              f"app processes {processes}, nudges {len(nudges)} (events sent to wake an app suspended "
-              f"before it took its queued events)")
+              f"app processes {processes}")
         problems = [f"{name} {value}" for name, value in (
             ("lost", lost), ("not redelivered", not_redelivered), ("unflagged", unflagged)) if value]
         if stuck:

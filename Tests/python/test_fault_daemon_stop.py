@@ -27,7 +27,7 @@ import unittest
 
 from fault_harness import (
     FAULT_APP, PYTHON, VIGILD, FaultDaemon, app_info, connect_control, decisions_in_log, freezer_available,
-    kill_all, processes_with, read_jsonl, seed, stranded, wait_delivered, wait_for,
+    kill_all, processes_with, read_jsonl, seed, stranded, wait_for,
 )
 
 APP = "org.vigil.test.faultstop"
@@ -80,7 +80,6 @@ class DaemonStopTests(unittest.TestCase):
         figures = dict(reused=0, pending=0, delivered_after=0, lost=0, twice_after=0, unflagged=0, adopted=0,
                        not_adopted=0, left_stopped=0, left_frozen=0)
         failures = []
-        nudges = []
         control = connect_control(daemon.socket)
         control.app_action("launch", APP)
         self.assertTrue(wait_for(lambda: any(r["kind"] == "hello" for r in records()), STEP), "no app" + context())
@@ -121,7 +120,7 @@ class DaemonStopTests(unittest.TestCase):
                 after = {s for s, _, new in copies(stopped_at) if new}
                 return set(held) <= after and set(late) <= {s for s, _, _ in copies(0)} \
                     and app_info(control, APP)["unacknowledgedEvents"] == 0
-            if not wait_delivered(control, APP, settled, STEP, nudges):
+            if not wait_for(settled, STEP):
                 failures.append(f"round {round} ({name}): pending events not all delivered within {STEP} s")
             every = copies(stopped_at)
             for seq in pending:
@@ -153,8 +152,7 @@ class DaemonStopTests(unittest.TestCase):
               f"{figures['delivered_after']}, lost {figures['lost']}, more than once after the restart "
               f"{figures['twice_after']}, unflagged {figures['unflagged']}")
         print(f"  adopted {figures['adopted']} of {len(ROUNDS)}, left stopped {figures['left_stopped']}, "
-              f"left frozen {figures['left_frozen']}, nudges {len(nudges)} (events sent to wake an app "
-              f"suspended before it took its queued events)")
+              f"left frozen {figures['left_frozen']}")
         for name in ("reused", "lost", "twice_after", "unflagged", "left_stopped", "left_frozen"):
             if figures[name]:
                 failures.append(f"{name} {figures[name]}")

@@ -43,6 +43,7 @@ public enum StopPolicy: String, Sendable, CaseIterable {
 /// background-time-limit = 180.0
 /// expiration-warning = 5.0
 /// exit-grace = 5.0
+/// launch-timeout = 20.0
 /// relaunch-window = 60.0
 /// relaunch-limit = 3
 /// ```
@@ -94,7 +95,7 @@ public struct DaemonConfig: Sendable, Equatable {
     ]
     static let knownTimings: Set<String> = [
         "suspend-grace", "wake-budget", "background-time-limit", "expiration-warning", "exit-grace",
-        "relaunch-window", "relaunch-limit",
+        "launch-timeout", "relaunch-window", "relaunch-limit",
     ]
 
     /// The range of every numeric key, in seconds for durations
@@ -111,6 +112,7 @@ public struct DaemonConfig: Sendable, Equatable {
         /// Also below `background-time-limit`.
         public static let expirationWarning: ClosedRange<Double> = 0...86_400
         public static let exitGrace: ClosedRange<Double> = 0.1...3600
+        public static let launchTimeout: ClosedRange<Double> = 0.1...3600
         public static let relaunchWindow: ClosedRange<Double> = 1...86_400
         public static let relaunchLimit = 1...1000
     }
@@ -171,6 +173,7 @@ public struct DaemonConfig: Sendable, Equatable {
                 try timings.seconds("background-time-limit", in: Ranges.backgroundTimeLimit) ?? t.backgroundTimeLimit
             t.expirationWarning = try timings.seconds("expiration-warning", in: Ranges.expirationWarning) ?? t.expirationWarning
             t.exitGrace = try timings.seconds("exit-grace", in: Ranges.exitGrace) ?? t.exitGrace
+            t.launchTimeout = try timings.seconds("launch-timeout", in: Ranges.launchTimeout) ?? t.launchTimeout
             t.relaunchWindow = try timings.seconds("relaunch-window", in: Ranges.relaunchWindow) ?? t.relaunchWindow
             t.relaunchLimit = try timings.integer("relaunch-limit", in: Ranges.relaunchLimit) ?? t.relaunchLimit
             guard t.expirationWarning < t.backgroundTimeLimit else {

@@ -9,6 +9,9 @@ public struct Timings: Sendable, Equatable {
     public var backgroundTimeLimit: Double = 180
     /// How long before the limit expiration handlers are called.
     public var expirationWarning: Double = 5
+    /// Time a process launched into the background has to connect (its hello);
+    /// its processing window starts then. Ended if it has not (iOS's launch watchdog).
+    public var launchTimeout: Double = 20
     /// Time an exits-on-suspend app has after `willTerminate`.
     public var exitGrace: Double = 5
     /// Crash-loop guard: at most `relaunchLimit` relaunches after crashes within this window.
@@ -22,7 +25,7 @@ public struct Timings: Sendable, Equatable {
         [
             "suspend-grace": suspendGrace, "wake-budget": wakeBudget,
             "background-time-limit": backgroundTimeLimit, "expiration-warning": expirationWarning,
-            "exit-grace": exitGrace, "relaunch-window": relaunchWindow, "relaunch-limit": Double(relaunchLimit),
+            "exit-grace": exitGrace, "launch-timeout": launchTimeout, "relaunch-window": relaunchWindow, "relaunch-limit": Double(relaunchLimit),
         ]
     }
 }

@@ -25,6 +25,9 @@ public struct AppRecord: Sendable {
     var expirationWarned = false
     /// Kill deadline of an app told `willTerminate`.
     var terminateAt: UInt64?
+    /// Set while a process launched into the background has not said hello:
+    /// it is ended if it has not by then (`launch-timeout`).
+    var connectBy: UInt64?
     /// Why the engine itself ended the current process, to tell a crash apart.
     var pendingExit: ExitCause?
     /// Whether the current process was told `didFinishLaunching` (once per process).
@@ -62,4 +65,6 @@ enum ExitCause: Equatable {
     case watchdog(tasks: [BackgroundTaskInfo])
     /// It was told `willTerminate` (exits-on-suspend).
     case notice
+    /// Launched into the background, it did not connect within `launch-timeout`.
+    case launchTimeout
 }

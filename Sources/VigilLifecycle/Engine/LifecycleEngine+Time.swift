@@ -10,6 +10,7 @@ extension LifecycleEngine {
     private func deadline(of app: AppRecord) -> UInt64? {
         var candidates: [UInt64] = []
         if let terminateAt = app.terminateAt { candidates.append(terminateAt) }
+        if let connectBy = app.connectBy { candidates.append(connectBy) }
         if app.state == .background, let limit = app.limitAt {
             if app.tasks.isEmpty {
                 if let suspendAt = app.suspendAt { candidates.append(min(suspendAt, limit)) }
@@ -29,6 +30,13 @@ extension LifecycleEngine {
             guard let app = apps[id] else { continue }
             if let terminateAt = app.terminateAt, terminateAt <= now {
                 stop(id, cause: .notice, now: now, action: .terminate, reason: "did not exit within \(seconds(timings.exitGrace)) of willTerminate")
+                continue
+            }
+            if let connectBy = app.connectBy, connectBy <= now {
+                let waiting = app.queue.events.count
+                stop(id, cause: .launchTimeout, now: now, action: .terminate,
+                     reason: "launched into the background, it did not connect within \(seconds(timings.launchTimeout)) (launch-timeout); "
+                        + "not relaunched: its \(waiting) event(s) wait for the next event or the user")
                 continue
             }
             guard app.state == .background, let limit = app.limitAt, app.terminateAt == nil else { continue }

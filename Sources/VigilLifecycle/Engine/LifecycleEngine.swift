@@ -134,13 +134,32 @@ public final class LifecycleEngine {
 
     // MARK: Processes and connections
 
-    /// An app's process connected and was identified. Returns what the welcome says.
+    /// An app's process was identified and is about to be welcomed: what the
+    /// welcome says. A process launched into the background starts its
+    /// processing window here, at its hello, not at its spawn: a process that
+    /// takes long to start (a loaded machine, an interpreter) must not be
+    /// suspended before it could take the event it was launched for. The
+    /// window is not announced: the welcome carries its deadline.
+    public func identified(_ id: String, now: UInt64) -> (state: AppState, launch: LaunchOptions?, deadline: UInt64?)? {
+        guard let app = apps[id] else { return nil }
+        if app.connectBy != nil {
+            update(id) { $0.connectBy = nil }
+            if app.state == .background {
+                beginBackgroundStretch(id, now: now, window: timings.wakeBudget, announce: false)
+            }
+        }
+        let current = apps[id]!
+        return (current.state, current.launch, current.state.isForeground ? nil : current.limitAt)
+    }
+
+    /// An app's process connected and was identified (after `identified`, if
+    /// the caller sent the welcome first). Returns what the welcome says.
+    @discardableResult
     public func connected(_ id: String, now: UInt64) -> (state: AppState, launch: LaunchOptions?, deadline: UInt64?)? {
-        guard var app = apps[id] else { return nil }
+        guard let welcome = identified(id, now: now), var app = apps[id] else { return nil }
         app.connected = true
         app.queue.rewind()
         apps[id] = app
-        let welcome = (app.state, app.launch, app.state.isForeground ? nil : app.limitAt)
         if !app.launchNotified {
             update(id) { $0.launchNotified = true }
             notify(id, .didFinishLaunching)
@@ -172,13 +191,17 @@ public final class LifecycleEngine {
             $0.connected = false
             $0.tasks = []
             $0.terminateAt = nil
+            $0.connectBy = nil
             $0.pendingExit = nil
             $0.launchNotified = false
             $0.queue.rewind()
         }
         switch cause {
-        case .user, .system, .watchdog:
-            return  // decided and recorded when the engine ended it
+        case .user, .system, .watchdog, .launchTimeout:
+            // Decided and recorded when the engine ended it. Not relaunched: a
+            // process that cannot connect would loop; the next event or the
+            // user launches it again, and its events wait for that.
+            return
         case .notice:
             decide(id, .exit, "exited after willTerminate (\(status))")
             return
@@ -304,9 +327,9 @@ public final class LifecycleEngine {
             $0.pendingExit = nil
             $0.launchNotified = false
             $0.queue.rewind()
-        }
-        if state == .background {
-            beginBackgroundStretch(id, now: now, window: timings.wakeBudget)
+            // Into the background: its window starts at its hello (`identified`);
+            // until then it has `launch-timeout` to connect.
+            $0.connectBy = state == .background ? now + nanoseconds(timings.launchTimeout) : nil
         }
         decide(id, action, reason + " (pid \(pid))")
     }
@@ -326,6 +349,7 @@ public final class LifecycleEngine {
             $0.tasks = []
             $0.connected = false
             $0.terminateAt = nil
+            $0.connectBy = nil
             $0.queue.rewind()
         }
         decide(id, action, reason)
@@ -340,7 +364,7 @@ public final class LifecycleEngine {
 
     /// Starts a stretch of background running: the limit for tasks, and a first
     /// window after which the app is suspended if it holds no task.
-    func beginBackgroundStretch(_ id: String, now: UInt64, window: Double) {
+    func beginBackgroundStretch(_ id: String, now: UInt64, window: Double, announce: Bool = true) {
         let limit = now + nanoseconds(timings.backgroundTimeLimit)
         update(id) {
             $0.backgroundSince = now
@@ -349,7 +373,7 @@ public final class LifecycleEngine {
             $0.finishRequested = false
             $0.expirationWarned = false
         }
-        send(id, .deadline(limit))
+        if announce { send(id, .deadline(limit)) }
     }
 
     func endBackgroundStretch(_ id: String, now: UInt64) {
