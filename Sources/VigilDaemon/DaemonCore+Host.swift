@@ -7,9 +7,17 @@ import VigilSystem
 ///
 /// The engine only ever runs on this actor's executor, so these nonisolated
 /// entry points assert that and step back into the actor synchronously.
+///
+/// Effects that take time (a spawn, a thaw and the process records it
+/// rewrites) journal the engine's pending changes first: bytes just read from
+/// a port are then durable before the daemon spends milliseconds on the wake
+/// they cause, and a SIGKILL within those milliseconds loses none of them.
 extension DaemonCore: LifecycleHost {
     nonisolated func startProcess(of manifest: AppManifest, launch: LaunchOptions) throws -> Int32 {
-        try assumeIsolated { try $0.spawn(manifest, launch: launch) }
+        try assumeIsolated { core in
+            core.commitJournal(compactIfDue: false)
+            return try core.spawn(manifest, launch: launch)
+        }
     }
 
     nonisolated func freeze(_ app: String) {
@@ -21,6 +29,7 @@ extension DaemonCore: LifecycleHost {
 
     nonisolated func thaw(_ app: String) {
         assumeIsolated { core in
+            core.commitJournal(compactIfDue: false)
             core.applySuspension(app, "thaw") { try $0.thaw($1, pid: $2) }
             core.markStopped(app, false)
         }

@@ -42,6 +42,8 @@ actor DaemonCore {
     let stateStore: StateStore
     /// What the next daemon needs to adopt the app processes (see `ProcessRecord`).
     let processRecordFile: ProcessRecordFile
+    /// How to start a port keeper; nil: none (see `VigilDaemonService.portKeeper`).
+    let portKeeperCommand: [String]?
     /// Set while `shutdown` waits for apps to end (`on-stop = "terminate"`).
     var stopWaiter: CheckedContinuation<Void, Never>?
     var stopTimer: TimerID?
@@ -66,8 +68,9 @@ actor DaemonCore {
         var stopped: Bool
     }
 
-    init(config: DaemonConfig, socketPath: String, configFile: String?, loop: EventLoop, logger: Logger) {
+    init(config: DaemonConfig, socketPath: String, configFile: String?, portKeeper: [String]? = nil, loop: EventLoop, logger: Logger) {
         self.config = config
+        self.portKeeperCommand = portKeeper
         self.socketPath = socketPath
         self.configFile = configFile
         self.loop = loop
@@ -132,6 +135,7 @@ actor DaemonCore {
         adoptSurvivors()
         engine.relaunchForRestoredEvents(now: now)
         startAccessories()
+        connectPortKeeper()
         restoreSessions()
         startBluetooth(restoring: saved.bluetooth)
         logger.notice("listening", metadata: [
@@ -159,7 +163,7 @@ actor DaemonCore {
                 await terminateApps()
             }
         }
-        stopAccessories()
+        stopAccessories(leavingPortsKept: onStop == .leave)
         for connection in connections.values { close(connection) }
         for process in processes.values {
             if let watch = process.watch { loop.removeWatch(watch) }

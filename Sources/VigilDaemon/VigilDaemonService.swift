@@ -15,11 +15,17 @@ public struct VigilDaemonService: Service {
     /// What the stop does with the apps: the config's `on-stop`, or the command line's.
     public let onStop: StopPolicy
     public let logger: Logger
+    /// The command that starts a port keeper (`FileDescriptorKeeper`), vigild's
+    /// own `--fd-keeper`; nil runs without one (a SIGKILL then loses what a
+    /// port had received and the daemon had not read yet).
+    public let portKeeper: [String]?
 
     public init(
-        config: DaemonConfig, socketPath: String, configFile: String?, demo: Bool, onStop: StopPolicy? = nil, logger: Logger
+        config: DaemonConfig, socketPath: String, configFile: String?, demo: Bool, onStop: StopPolicy? = nil,
+        portKeeper: [String]? = nil, logger: Logger
     ) {
         self.config = config
+        self.portKeeper = portKeeper
         self.onStop = onStop ?? config.onStop
         self.socketPath = socketPath
         self.configFile = configFile
@@ -33,7 +39,8 @@ public struct VigilDaemonService: Service {
         defer {
             loop.stop()
         }
-        let core = DaemonCore(config: config, socketPath: socketPath, configFile: configFile, loop: loop, logger: logger)
+        let core = DaemonCore(
+            config: config, socketPath: socketPath, configFile: configFile, portKeeper: portKeeper, loop: loop, logger: logger)
         try await core.start(demo: demo)
         let demoTask = demo ? Task { await DemoDriver.run(core: core) } : nil
         try? await gracefulShutdown()

@@ -79,6 +79,28 @@ public final class SerialPort: Sendable {
         return port
     }
 
+    /// Takes `fd` (owned from now on) as the open port of `path`, if it still is
+    /// one: the same device as `path` names now, not hung up. Used for a port
+    /// an earlier daemon left open (the port keeper); its unread input and its
+    /// exclusive lock are intact. Returns nil (and closes `fd`) otherwise.
+    /// Applies `settings` again, without flushing anything.
+    public static func adopt(fd: Int32, path: String, settings: SerialSettings = .default) -> SerialPort? {
+        var held = stat()
+        var named = stat()
+        var state = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        guard fstat(fd, &held) == 0, stat(path, &named) == 0, held.st_rdev == named.st_rdev,
+              (held.st_mode & S_IFMT) == S_IFCHR, poll(&state, 1, 0) >= 0,
+              state.revents & Int16(POLLHUP | POLLERR | POLLNVAL) == 0,
+              fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) == 0
+        else {
+            _ = Glibc.close(fd)
+            return nil
+        }
+        let port = SerialPort(fd: fd, path: path, isExclusive: ioctl(fd, UInt(TIOCEXCL)) == 0)
+        guard (try? port.apply(settings)) != nil else { return nil }  // closed by deinit
+        return port
+    }
+
     /// Applies new line settings at once (TCSANOW): bytes in flight may be
     /// garbled by the change, as on any UART.
     public func apply(_ settings: SerialSettings) throws {

@@ -39,7 +39,7 @@ public enum ProcessSpawner {
             envp: strings.copy(request.environment.map { "\($0.key)=\($0.value)" }),
             working_directory: request.workingDirectory.map { strings.copy($0) } ?? nil,
             cgroup_procs_fd: cgroupProcs ?? -1,
-            stdin_fd: null,
+            stdin_fd: request.input ?? null,
             output_fd: request.output ?? null,
             new_session: request.newSession ? 1 : 0)
         var pid: pid_t = 0

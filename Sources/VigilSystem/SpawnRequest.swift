@@ -13,8 +13,10 @@ public struct SpawnRequest: Sendable, Hashable {
     public var workingDirectory: String?
     /// Joined before exec, so the process and everything it forks start inside it.
     public var cgroup: Cgroup?
-    /// Becomes the child's stdout and stderr; nil means /dev/null. Stdin is always /dev/null.
+    /// Becomes the child's stdout and stderr; nil means /dev/null.
     public var output: Int32?
+    /// Becomes the child's stdin; nil means /dev/null.
+    public var input: Int32?
     /// Makes the child a session and process group leader (setsid), so the
     /// SIGSTOP/SIGCONT fallback can signal the whole app with `kill(-pid)`.
     public var newSession: Bool
@@ -28,6 +30,7 @@ public struct SpawnRequest: Sendable, Hashable {
         workingDirectory: String? = nil,
         cgroup: Cgroup? = nil,
         output: Int32? = nil,
+        input: Int32? = nil,
         newSession: Bool = false,
         name: String? = nil
     ) {
@@ -37,6 +40,7 @@ public struct SpawnRequest: Sendable, Hashable {
         self.workingDirectory = workingDirectory
         self.cgroup = cgroup
         self.output = output
+        self.input = input
         self.newSession = newSession
         self.name = name ?? String(executable.split(separator: "/").last ?? Substring(executable))
     }

@@ -21,9 +21,9 @@ struct UnixSocketAddress {
         }
     }
 
-    /// A close-on-exec stream socket, non-blocking if asked.
-    static func makeSocket(nonBlocking: Bool) throws(SystemError) -> Int32 {
-        var type = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue)
+    /// A close-on-exec stream (or `type`) socket, non-blocking if asked.
+    static func makeSocket(type kind: __socket_type = SOCK_STREAM, nonBlocking: Bool) throws(SystemError) -> Int32 {
+        var type = Int32(kind.rawValue) | Int32(SOCK_CLOEXEC.rawValue)
         if nonBlocking { type |= Int32(SOCK_NONBLOCK.rawValue) }
         return try check("socket") { socket(AF_UNIX, type, 0) }
     }

@@ -4,6 +4,7 @@ import Logging
 import ServiceLifecycle
 import VigilDaemon
 import VigilLifecycle
+import VigilSystem
 
 @main
 struct Vigild: AsyncParsableCommand {
@@ -29,7 +30,15 @@ struct Vigild: AsyncParsableCommand {
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: Logger.Level = .info
 
+    @Flag(inversion: .prefixedNo, help: "Keep open ports in a port keeper process, so that a SIGKILL or crash of vigild does not close them (a serial port discards what it received and vigild had not read at its last close).")
+    var portKeeper = true
+
+    /// Started by vigild itself: the port keeper (`FileDescriptorKeeper`), on the socket it gets as stdin.
+    @Flag(help: .hidden)
+    var fdKeeper = false
+
     func run() async throws {
+        if fdKeeper { FileDescriptorKeeper.serve() }
         let environment = ProcessInfo.processInfo.environment
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
@@ -54,7 +63,11 @@ struct Vigild: AsyncParsableCommand {
         let service = VigilDaemonService(
             config: daemonConfig, socketPath: socketPath, configFile: configFile, demo: demo,
             // The demo's apps are its own: a stopped demo leaves nothing running.
-            onStop: onStop ?? (demo ? .terminate : nil), logger: logger)
+            onStop: onStop ?? (demo ? .terminate : nil),
+            portKeeper: portKeeper
+                ? [(try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? "/proc/self/exe", "--fd-keeper"]
+                : nil,
+            logger: logger)
         let group = ServiceGroup(
             configuration: .init(services: [.init(service: service)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await group.run()

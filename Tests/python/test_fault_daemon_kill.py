@@ -44,7 +44,8 @@ import unittest
 from fault_harness import (
     FAULT_APP, PYTHON, VIGILD, Emitter, SecondCgroupMount, TestbedDaemon, analyse_stream, app_info,
     app_manifest, cgroup_frozen, connect_control, daemon_config, decisions_in_log, freezer_available, kill_all,
-    VigilError, log_tail, process_state, processes_with, read_jsonl, remove_cgroup_tree, seed, stranded, wait_for,
+    VigilError, log_tail, process_state, processes_with, read_jsonl, record_line, remove_cgroup_tree, seed, stranded,
+    wait_for,
 )
 
 APP = "org.vigil.test.faultlogger"
@@ -67,15 +68,17 @@ def missing():
     return None
 
 
-# KNOWN LIMIT (issue 10, open): bytes the kernel still held in the tty's input
-# buffer when vigild died can be lost: the port's last fd dies with the daemon,
-# and a tty discards unread input on its last close (seen: 0-2 emitter batches
-# of 20 records over 20 kills; an fd kept across the daemon's death, such as
-# systemd's file descriptor store, would close it). Tolerated here, printed,
-# and bounded: each lost run is at most one batch, at most one run per kill,
-# and the stream must go on to its end. Anything else (the old "session not
-# re-established" loss stopped the stream: ~800 records) fails.
-def tty_close_losses(lost, batch, kills):
+# KNOWN LIMIT (issue 10; closed by issue 11's durable byte path): bytes vigild
+# had read and not yet journaled when it died are lost. The window is read(2)
+# to the journal's write(2): it was milliseconds (a wake's thaw and the process
+# records it rewrites came first: 3 of 8 suspended runs lost a batch) and is
+# now microseconds, the journal being written before any thaw or spawn (1
+# batch in 36 runs since). Only a byte path that persists as it reads can shut
+# it. Tolerated here, printed, and bounded: each lost run is at most one
+# emitter batch (one read), at most one run per kill, and the stream must go on
+# to its end. Anything else fails (sessions not re-established stopped the
+# stream: ~800 records). Unread input is not lost: see the test below.
+def unjournaled_read_losses(lost, batch, kills):
     runs = []
     for n in lost:
         if runs and n == runs[-1][-1] + 1:
@@ -99,6 +102,52 @@ class DaemonKillTests(unittest.TestCase):
         # Never suspended: what the daemon itself keeps across its crash (the
         # data it read, its sequence numbers), apart from adoption and wakes.
         self.run_variant("signal", foreground=True)
+
+    def test_what_a_port_received_and_vigild_had_not_read_survives_its_sigkill(self):
+        # Bytes the port received and vigild had not read when it died reach the
+        # app: the next daemon re-establishes the session on the same tty and
+        # reads them. Here they surely wait unread: vigild is stopped (SIGSTOP)
+        # while they arrive, then killed. A pty keeps its input while its
+        # controller is open, so this holds here with or without the port
+        # keeper; a real tty discards it at its last close, which the keeper
+        # prevents (lab test 53 shows both).
+        root = tempfile.mkdtemp(prefix="vigil-fault-unread-")
+        self.addCleanup(shutil.rmtree, root, True)
+        os.makedirs(os.path.join(root, "apps"))
+        record = os.path.join(root, "app.jsonl")
+        self.addCleanup(lambda: kill_all(processes_with(record)))
+        with open(os.path.join(root, "apps", APP + ".toml"), "w") as manifest:
+            manifest.write(app_manifest(APP, [PYTHON, FAULT_APP, "--record", record, "--accessory-protocol", PROTOCOL],
+                                        modes=["external-accessory"], protocols=[PROTOCOL]))
+        daemon = TestbedDaemon(root, daemon_config(root, "signal"))
+        self.addCleanup(daemon.close)
+        app_records = lambda: read_jsonl(record)  # noqa: E731
+        daemon.wait_ready()
+        with connect_control(daemon.socket) as control:
+            control.app_action("launch", APP)
+        self.assertTrue(wait_for(lambda: any(r["kind"] == "sessionOpened" for r in app_records()), 20),
+                        "the app opened no session\n" + log_tail(daemon.log_path))
+        rng = random.Random(seed())
+        first = b"".join(record_line(n, rng) for n in range(1, 11))
+        self.assertEqual(daemon.device(f"feed {first.hex()} 5"), "ok")
+        self.assertTrue(wait_for(lambda: analyse_stream(app_records())["stored"] == set(range(1, 11)), 20),
+                        "the first records did not reach the app\n" + log_tail(daemon.log_path))
+
+        old = daemon.pid()
+        os.kill(old, signal.SIGSTOP)
+        unread = b"".join(record_line(n, rng) for n in range(11, 61))  # 50 records, well within the tty's buffer
+        reply = daemon.device(f"feed {unread.hex()} 5")
+        os.kill(old, signal.SIGKILL)
+        daemon.wait_ready(not_pid=old)
+        self.assertEqual(reply, "ok", "the testbed could not write the records")
+        arrived = wait_for(lambda: analyse_stream(app_records())["stored"] >= set(range(1, 61)), 20)
+        figures = analyse_stream(app_records())
+        missing = sorted(set(range(11, 61)) - figures["stored"])
+        print(f"\nbytes received while vigild was stopped, then SIGKILL: 50 records written, "
+              f"{50 - len(missing)} reached the app, lost {len(missing)}; duplicated {figures['duplicated']}, "
+              f"reordered {figures['reordered']}, corrupt {figures['corrupt']}")
+        self.assertTrue(arrived and not figures["duplicated"] and not figures["reordered"] and not figures["corrupt"],
+                        f"lost {missing}\n" + log_tail(daemon.log_path))
 
     def run_variant(self, suspension, foreground=False):
         value = seed()
@@ -215,10 +264,10 @@ class DaemonKillTests(unittest.TestCase):
         print(f"  at the end: app {info['state']} (pid {info['pid']}); left stopped {len(left_stopped)}, "
               f"left frozen {len(left_frozen)}, orphaned {len(orphaned)} {orphaned or ''}")
 
-        runs, within_limit = tty_close_losses(lost, emitter.batch, KILLS)
+        runs, within_limit = unjournaled_read_losses(lost, emitter.batch, KILLS)
         if lost and within_limit and max(figures["stored"], default=0) > emitter.emitted - emitter.batch:
             print(f"  KNOWN LIMIT: {len(lost)} records in {len(runs)} runs of at most {emitter.batch} "
-                  f"(unread tty input discarded with the dead daemon's fd); tolerated")
+                  f"(read by vigild, not yet journaled when it died); tolerated")
             lost = []
         problems = []
         for name, count in (("lost", len(lost)), ("sequence numbers reused", figures["reused"]),

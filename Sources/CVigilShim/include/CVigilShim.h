@@ -10,6 +10,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 // MARK: Threads and sockets
@@ -87,5 +88,28 @@ int vigil_serial_line_counters(int fd, vigil_line_counters *counters);
 /// close-on-exec and the controller non-blocking. `name` receives the device
 /// path (at least 64 bytes). Returns 0, or -1 with errno set.
 int vigil_openpty(int *controller, int *device, char *name, size_t name_size);
+
+// MARK: The fd keeper (fdkeeper.c)
+
+/// Sends one message on a SOCK_SEQPACKET socket, with `fd` attached when it is
+/// >= 0 (SCM_RIGHTS). No SIGPIPE. Returns 0, or -1 with errno set.
+int vigil_send_with_fd(int socket, const void *message, size_t length, int fd);
+
+/// Receives one message; `*fd` gets the descriptor attached to it (close-on-
+/// exec), or -1. Returns its length (0: the peer is gone), or -1 with errno
+/// set (EMSGSIZE for a message longer than `capacity`, which is discarded).
+ssize_t vigil_receive_with_fd(int socket, void *buffer, size_t capacity, int *fd);
+
+/// The keeper's signals: not the terminal's, not the daemon's. It ends on
+/// "Q", SIGTERM or SIGKILL, or when it has no daemon and nothing to keep.
+void vigil_fd_keeper_ignore_signals(void);
+
+/// Runs the fd keeper on a listening SOCK_SEQPACKET socket until it is told
+/// to quit, until its daemon leaves it holding nothing, or until no daemon
+/// has been connected for `idle_seconds`.
+/// Requests: "P name" + fd keeps a duplicate under name (replacing one of that
+/// name), "D name" drops it, "L" lists them ("F name" + fd each, then "E"),
+/// "Q" ends it. Only peers of its own uid are served. Returns 0.
+int vigil_fd_keeper_serve(int listener, int idle_seconds);
 
 #endif

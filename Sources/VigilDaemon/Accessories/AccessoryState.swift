@@ -24,6 +24,12 @@ struct AccessoryState {
     var mutedApps: Set<String> = []
     /// Control connections following `vigilctl accessories watch`.
     var watchers: Set<Int> = []
+    /// Holds a duplicate of every open port, so a daemon's death does not close them.
+    var portKeeper: FileDescriptorKeeper?
+    /// When starting one last failed (CLOCK_MONOTONIC ns): not tried again for a while.
+    var portKeeperFailedAt: UInt64?
+    /// Ports an earlier daemon left with the keeper, by session, until restored.
+    var keptPorts: [Int: Int32] = [:]
     let bufferLimit: Int
 
     init(rules: [AccessoryRule], bufferLimit: Int) {

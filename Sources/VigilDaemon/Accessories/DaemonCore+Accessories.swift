@@ -30,8 +30,13 @@ extension DaemonCore {
         }
     }
 
-    func stopAccessories() {
+    /// Closes the ports. Leaving them kept, the port keeper goes on holding
+    /// them for the next daemon, as the apps are left for it to adopt;
+    /// otherwise it is ended with them.
+    func stopAccessories(leavingPortsKept: Bool) {
+        if leavingPortsKept { disconnectPortKeeper() }
         for id in accessoryState.ports.keys.sorted() { closePort(id) }
+        if !leavingPortsKept { endPortKeeper() }
         if let watch = accessoryState.monitorWatch { loop.removeWatch(watch) }
         accessoryState.monitorWatch = nil
     }

@@ -43,17 +43,22 @@ extension DaemonCore {
         return SessionOpened(session: record.id, accessory: accessory.info)
     }
 
+    /// Opens the session's port, or takes the one an earlier daemon left with
+    /// the port keeper (its unread input intact), and gives the keeper a copy.
     private func openPort(_ session: Int, node: String, settings: SerialSettings) throws {
-        let port = OpenPort(port: try SerialPort.open(path: node, settings: settings))
+        let serial = try keptPort(for: session, node: node, settings: settings) ?? SerialPort.open(path: node, settings: settings)
+        let port = OpenPort(port: serial)
         port.watch = try loop.watch(port.port.fd, for: .readable) { [unowned self] events in
             self.assumeIsolated { $0.portReady(session, events) }
         }
         accessoryState.ports[session] = port
+        keepPort(serial.fd, session: session)
     }
 
     func closePort(_ session: Int) {
         guard let port = accessoryState.ports.removeValue(forKey: session) else { return }
         if let watch = port.watch { loop.removeWatch(watch) }
+        releaseKeptPort(session)
         port.port.close()
         for write in port.pendingWrites {
             if let connection = connections[write.clientConnection], let id = write.requestID {
@@ -150,6 +155,7 @@ extension DaemonCore {
                 endSession(id, reason: "the accessory was gone when vigild restarted", keepForReopen: false)
             }
         }
+        releaseUnclaimedKeptPorts()
         recordSessions()
     }
 
