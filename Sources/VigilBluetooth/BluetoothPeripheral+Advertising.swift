@@ -13,7 +13,8 @@ extension BluetoothPeripheral {
         _ = try properties(of: data)  // refuse bad data before BlueZ sees it
         try await register(advertisement)
         clients[client, default: PeripheralClientState()].advertisement = advertisement
-        log("bluetooth: \(client) advertises \(data.localName ?? "(no name)") \(data.serviceUUIDs ?? [])")
+        // The name is an app's text: escaped, as every device string is in the log.
+        log("bluetooth: \(client) advertises \(data.localName.map(DeviceText.quoted) ?? "(no name)") \(data.serviceUUIDs ?? [])")
     }
 
     public func stopAdvertising(_ client: BluetoothClient) async {

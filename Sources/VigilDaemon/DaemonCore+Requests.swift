@@ -175,7 +175,8 @@ extension DaemonCore {
             daemon: Self.version, pid: getpid(), protocolVersion: ProtocolVersion.current, socket: socketPath,
             suspension: suspender.mechanism, suspensionDetail: suspender.detail, cgroupRoot: suspender.cgroupRoot,
             apps: engine.apps.count, manifestProblems: manifestProblems, timings: config.timings.asDictionary,
-            uptime: Double((MonotonicInstant.now() - started).components.seconds))
+            uptime: Double((MonotonicInstant.now() - started).components.seconds), onStop: onStop.rawValue,
+            portKeeper: portKeeperStatus)
     }
 
     func appInfo(_ id: String) -> AppInfo? {

@@ -42,6 +42,8 @@ actor DaemonCore {
     let stateStore: StateStore
     /// What the next daemon needs to adopt the app processes (see `ProcessRecord`).
     let processRecordFile: ProcessRecordFile
+    /// What the stop does with the apps (shown by `status`; `shutdown` is told).
+    let onStop: StopPolicy
     /// How to start a port keeper; nil: none (see `VigilDaemonService.portKeeper`).
     let portKeeperCommand: [String]?
     /// Set while `shutdown` waits for apps to end (`on-stop = "terminate"`).
@@ -68,8 +70,12 @@ actor DaemonCore {
         var stopped: Bool
     }
 
-    init(config: DaemonConfig, socketPath: String, configFile: String?, portKeeper: [String]? = nil, loop: EventLoop, logger: Logger) {
+    init(
+        config: DaemonConfig, socketPath: String, configFile: String?, onStop: StopPolicy? = nil, portKeeper: [String]? = nil,
+        loop: EventLoop, logger: Logger
+    ) {
         self.config = config
+        self.onStop = onStop ?? config.onStop
         self.portKeeperCommand = portKeeper
         self.socketPath = socketPath
         self.configFile = configFile
@@ -148,7 +154,7 @@ actor DaemonCore {
     /// "leave"` apps keep running and are adopted again by the next daemon;
     /// with `"terminate"` they are told `willTerminate`, given the exit grace,
     /// and killed with everything they started.
-    func shutdown(onStop: StopPolicy) async {
+    func shutdown() async {
         if let listenerWatch { loop.removeWatch(listenerWatch) }
         listener?.close()
         listener = nil

@@ -40,11 +40,12 @@ public struct VigilDaemonService: Service {
             loop.stop()
         }
         let core = DaemonCore(
-            config: config, socketPath: socketPath, configFile: configFile, portKeeper: portKeeper, loop: loop, logger: logger)
+            config: config, socketPath: socketPath, configFile: configFile, onStop: onStop, portKeeper: portKeeper, loop: loop,
+            logger: logger)
         try await core.start(demo: demo)
         let demoTask = demo ? Task { await DemoDriver.run(core: core) } : nil
         try? await gracefulShutdown()
         demoTask?.cancel()
-        await core.shutdown(onStop: onStop)
+        await core.shutdown()
     }
 }

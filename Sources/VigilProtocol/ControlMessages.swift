@@ -20,11 +20,15 @@ public struct DaemonStatus: Message, Equatable {
     public var manifestProblems: [ManifestProblem]
     public var timings: [String: Double]
     public var uptime: Double
+    /// What stopping the daemon does with its apps: `leave` or `terminate`.
+    public var onStop: String?
+    /// The port keeper, as words (holding, not started, disabled).
+    public var portKeeper: String?
 
     public init(
         daemon: String, pid: Int32, protocolVersion: Int, socket: String, suspension: SuspensionMechanism,
         suspensionDetail: String, cgroupRoot: String?, apps: Int, manifestProblems: [ManifestProblem],
-        timings: [String: Double], uptime: Double
+        timings: [String: Double], uptime: Double, onStop: String? = nil, portKeeper: String? = nil
     ) {
         self.daemon = daemon
         self.pid = pid
@@ -37,6 +41,8 @@ public struct DaemonStatus: Message, Equatable {
         self.manifestProblems = manifestProblems
         self.timings = timings
         self.uptime = uptime
+        self.onStop = onStop
+        self.portKeeper = portKeeper
     }
 }
 

@@ -62,6 +62,8 @@ struct StatusReport {
             ["socket", status.socket],
             ["suspension", "\(mechanism): \(status.suspensionDetail)"],
             ["cgroup root", status.cgroupRoot ?? "-"],
+            ["on stop", status.onStop.map { $0 == "leave" ? "leave apps (and ports) for the next vigild" : "terminate apps" } ?? "-"],
+            ["port keeper", status.portKeeper ?? "-"],
             ["apps", String(status.apps)],
             ["timings", status.timings.sorted { $0.key < $1.key }.map { "\($0.key) \(timing($0.key, $0.value))" }
                 .joined(separator: ", ")],

@@ -324,6 +324,8 @@ class ProtocolTests(unittest.TestCase):
             status = control.status()
         self.assertIn(status["suspension"], ("cgroup", "signal"))
         self.assertIsInstance(status["suspensionDetail"], str)
+        self.assertEqual(status["onStop"], "leave")
+        self.assertEqual(status["portKeeper"], "not running (no port open)")
         self.assertEqual(status["protocolVersion"], 1)
 
     def test_unknown_app_is_a_request_error(self):

@@ -10,6 +10,14 @@ import VigilSystem
 extension DaemonCore {
     var portKeeperPath: String { config.stateDirectory + "/port-keeper.sock" }
 
+    /// For `vigilctl status`.
+    var portKeeperStatus: String {
+        if portKeeperCommand == nil { return "disabled (--no-port-keeper)" }
+        if accessoryState.portKeeper != nil { return "holding \(accessoryState.ports.count) port(s) at \(portKeeperPath)" }
+        if accessoryState.portKeeperFailedAt != nil { return "unavailable: starting one failed (see the log)" }
+        return "not running (no port open)"
+    }
+
     /// At start: takes back the ports a keeper holds for an earlier daemon, if
     /// one runs. None is started until a port opens (`keepPort`).
     func connectPortKeeper() {
