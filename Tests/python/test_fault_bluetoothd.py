@@ -37,6 +37,7 @@ from fault_harness import (
 )
 
 sys.path.insert(0, os.path.join(REPO, "Tests", "bluez-mock"))
+from test_ble_daemon import missing  # noqa: E402  (the BlueZ mock's prerequisites and vigild)
 
 APP = "org.vigil.test.faultble"
 HRM = "AA:BB:CC:DD:EE:01"
@@ -45,20 +46,6 @@ RESTARTS = 50
 AFTER_RESTORE = 5
 RESTORE_LIMIT = 30.0
 ARRIVAL_LIMIT = 15.0
-
-
-def missing():
-    if not os.path.exists(VIGILD):
-        return f"vigild is not built at {VIGILD}"
-    if not shutil.which("dbus-daemon"):
-        return "dbus-daemon is not installed"
-    if not os.path.exists("/usr/lib/python3/dist-packages/dbusmock"):
-        return "python3-dbusmock is not installed"
-    try:
-        import dbus  # noqa: F401
-    except ImportError:
-        return "python3-dbus is not importable (run with /usr/bin/python3)"
-    return None
 
 
 @unittest.skipIf(missing(), missing() or "")
