@@ -105,14 +105,7 @@ daemon.wait(lambda: ble_state() == "poweredOn", 60, "vigild to report the adapte
 
 # --------------------------------------------------- the bridge's lines ----
 def lines(kind: str | None = None) -> list[dict]:
-    try:
-        with open(out) as f:
-            text = f.read()
-    except FileNotFoundError:
-        return []
-    # Complete lines only; every one must be JSON (the bridge writes whole lines).
-    rows = [json.loads(line) for line in text.split("\n")[:-1] if line.strip()]
-    return [r for r in rows if kind is None or r.get("kind") == kind]
+    return acc.json_lines(out, kind)
 
 
 def diagnostics() -> str:
@@ -122,10 +115,7 @@ def diagnostics() -> str:
 
 
 def wait(cond, timeout: float, what: str):
-    try:
-        return daemon.wait(cond, timeout, what)
-    except LabError as exc:
-        raise LabError(f"{exc}\n{diagnostics()}") from None
+    return daemon.wait(cond, timeout, what, explain=diagnostics)
 
 
 def no_errors() -> None:

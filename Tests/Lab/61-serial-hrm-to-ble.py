@@ -95,13 +95,7 @@ log(f"1. sensor {SERIAL} plugged: host {host}, gadget {dev}, protocol {PROTOCOL}
 
 # --------------------------------------------------- the bridge's lines ----
 def lines(kind: str | None = None) -> list[dict]:
-    try:
-        with open(out) as f:
-            text = f.read()
-    except FileNotFoundError:
-        return []
-    rows = [json.loads(line) for line in text.split("\n")[:-1] if line.strip()]
-    return [r for r in rows if kind is None or r.get("kind") == kind]
+    return acc.json_lines(out, kind)
 
 
 def diagnostics() -> str:
@@ -111,10 +105,7 @@ def diagnostics() -> str:
 
 
 def wait(cond, timeout: float, what: str):
-    try:
-        return daemon.wait(cond, timeout, what)
-    except LabError as exc:
-        raise LabError(f"{exc}\n{diagnostics()}") from None
+    return daemon.wait(cond, timeout, what, explain=diagnostics)
 
 
 def wakes() -> list[dict]:

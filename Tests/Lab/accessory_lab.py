@@ -113,6 +113,18 @@ def check_udev_marked(host_node: str) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------- vigild ----
+def json_lines(path: str, kind: str | None = None) -> list[dict]:
+    """The whole JSON lines another process appends to `path` (a bridge's
+    output), those whose `kind` is `kind` if given; every line must be JSON."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return []
+    rows = [json.loads(line) for line in text.split("\n")[:-1] if line.strip()]
+    return [r for r in rows if kind is None or r.get("kind") == kind]
+
+
 class Daemon:
     """vigild with a config and manifests in /tmp, its own cgroup root, and
     example_app.py manifests.  apps: {id: {"declares": [...], "args": [...],
@@ -224,11 +236,13 @@ class Daemon:
                         if e["attributes"].get("session") == session)
 
     # -- waiting, with diagnostics on failure
-    def wait(self, cond: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
+    def wait(self, cond: Callable[[], Any], timeout: float, what: str, interval: float = 0.1,
+             explain: Callable[[], str] | None = None) -> Any:
+        """`lab.wait_for`; a timeout also shows vigild's state, and `explain()` if given."""
         try:
             return lab.wait_for(cond, timeout, what, interval=interval)
         except LabError as exc:
-            raise LabError(f"{exc}\n{self.diagnostics()}") from None
+            raise LabError(f"{exc}\n{self.diagnostics()}" + (f"\n{explain()}" if explain else "")) from None
 
     def wait_state(self, app: str, state: str, timeout: float = 30) -> None:
         self.wait(lambda: self.state(app) == state, timeout, f"{app} to be {state}")
