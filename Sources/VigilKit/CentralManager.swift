@@ -66,31 +66,16 @@ public final class CentralManager: Sendable {
     /// `.willRestoreState` as the first element of `events`, before any other
     /// Bluetooth event.
     public init(application: Application, restoreIdentifier: String? = nil) async throws {
-        let session = application.session
-        let router = session.router
+        let router = application.session.router
         let status = CentralStatus(restoreIdentifier: restoreIdentifier)
-        let (stream, continuation) = AsyncStream.makeStream(of: Delivery<CentralEvent>.self)
-        let sink = CentralSink(continuation: continuation, status: status)
-        // The central is registered as its reply is read, before any later event
-        // can be. Unstructured, so a cancelled caller cannot leave the daemon with
-        // a central this process does not route to.
-        let registering = Task {
-            try await session.request(RegisterCentral(restoreIdentifier: restoreIdentifier), expecting: CentralRegistered.self) { reply in
-                guard let registered = try? reply.decode(CentralRegistered.self) else { return }
-                router.register(central: sink, registered)
-            }
-        }
-        do {
-            _ = try await registering.value
-        } catch {
-            continuation.finish()
-            throw error
-        }
-        continuation.onTermination = { [weak router, weak status] _ in
-            if let router, let status { router.unregister(central: status) }
-        }
-        let feed = DeliveryFeed(stream)
-        self.events = AsyncStream(unfolding: { await feed.next() })
+        self.events = try await registerManager(
+            RegisterCentral(restoreIdentifier: restoreIdentifier), expecting: CentralRegistered.self, on: application.session,
+            route: { registered, continuation in
+                router.register(central: CentralSink(continuation: continuation, status: status), registered)
+            },
+            unroute: { [weak router, weak status] in
+                if let router, let status { router.unregister(central: status) }
+            })
         self.restoreIdentifier = restoreIdentifier
         self.application = application
         self.status = status
@@ -198,28 +183,4 @@ final class CentralStatus: Sendable {
 
     var state: BluetoothState { current.withLock { $0 } }
     func setState(_ state: BluetoothState) { current.withLock { $0 = state } }
-}
-
-/// Feeds `CentralManager.events` (and `PeripheralManager.events`) one delivery
-/// at a time: `AsyncStream(unfolding:)` asks for the next only when the
-/// consumer does, which is when it is done with the previous one, whose token
-/// is then finished. Only one consumer calls `next`, one call at a time
-/// (`AsyncStream`'s own contract), hence `@unchecked`.
-final class DeliveryFeed<Element: Sendable>: @unchecked Sendable {
-    private var iterator: AsyncStream<Delivery<Element>>.AsyncIterator
-    private var current: AcknowledgementToken?
-
-    init(_ stream: AsyncStream<Delivery<Element>>) {
-        iterator = stream.makeAsyncIterator()
-    }
-
-    func next() async -> Element? {
-        current?.finish()
-        current = nil
-        guard let delivery = await iterator.next() else { return nil }
-        current = delivery.token
-        return delivery.element
-    }
-
-    deinit { current?.finish() }
 }

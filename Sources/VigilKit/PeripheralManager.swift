@@ -78,29 +78,17 @@ public final class PeripheralManager: Sendable {
     /// identifier, an app relaunched in the background gets
     /// `.willRestoreState` as the first element of `events`.
     public init(application: Application, restoreIdentifier: String? = nil) async throws {
-        let session = application.session
-        let router = session.router
+        let router = application.session.router
         let status = PeripheralStatus(restoreIdentifier: restoreIdentifier)
-        let (stream, continuation) = AsyncStream.makeStream(of: Delivery<PeripheralManagerEvent>.self)
-        let sink = PeripheralSink(continuation: continuation, status: status)
-        // Registered as its reply is read, before any later event can be (see `CentralManager`).
-        let registering = Task {
-            try await session.request(RegisterPeripheral(restoreIdentifier: restoreIdentifier), expecting: PeripheralRegistered.self) { reply in
-                guard let registered = try? reply.decode(PeripheralRegistered.self) else { return }
-                router.register(peripheral: sink, registered)
-            }
-        }
-        do {
-            _ = try await registering.value
-        } catch {
-            continuation.finish()
-            throw error
-        }
-        continuation.onTermination = { [weak router, weak status] _ in
-            if let router, let status { router.unregister(peripheral: status) }
-        }
-        let feed = DeliveryFeed(stream)
-        self.events = AsyncStream(unfolding: { await feed.next() })
+        self.events = try await registerManager(
+            RegisterPeripheral(restoreIdentifier: restoreIdentifier), expecting: PeripheralRegistered.self,
+            on: application.session,
+            route: { registered, continuation in
+                router.register(peripheral: PeripheralSink(continuation: continuation, status: status), registered)
+            },
+            unroute: { [weak router, weak status] in
+                if let router, let status { router.unregister(peripheral: status) }
+            })
         self.restoreIdentifier = restoreIdentifier
         self.application = application
         self.status = status
