@@ -78,50 +78,54 @@ struct entry {
     int fd;
 };
 
-static struct entry *entries;
-static size_t entry_count, entry_capacity;
+/// What one keeper holds. Not static: tests run keepers on threads of one process.
+struct kept {
+    struct entry *entries;
+    size_t count, capacity;
+};
 
-static struct entry *find(const char *name) {
-    for (size_t index = 0; index < entry_count; index++) {
-        if (strcmp(entries[index].name, name) == 0) return &entries[index];
+static struct entry *find(struct kept *kept, const char *name) {
+    for (size_t index = 0; index < kept->count; index++) {
+        if (strcmp(kept->entries[index].name, name) == 0) return &kept->entries[index];
     }
     return NULL;
 }
 
-static void put(const char *name, int fd) {
-    struct entry *existing = find(name);
+static void put(struct kept *kept, const char *name, int fd) {
+    struct entry *existing = find(kept, name);
     if (existing) {
         close(existing->fd);
         existing->fd = fd;
         return;
     }
-    if (entry_count == ENTRIES_MAX) { close(fd); return; }
-    if (entry_count == entry_capacity) {
-        size_t capacity = entry_capacity ? entry_capacity * 2 : 16;
-        struct entry *grown = realloc(entries, capacity * sizeof *entries);
+    if (kept->count == ENTRIES_MAX) { close(fd); return; }
+    if (kept->count == kept->capacity) {
+        size_t capacity = kept->capacity ? kept->capacity * 2 : 16;
+        struct entry *grown = realloc(kept->entries, capacity * sizeof *grown);
         if (!grown) { close(fd); return; }
-        entries = grown;
-        entry_capacity = capacity;
+        kept->entries = grown;
+        kept->capacity = capacity;
     }
-    strcpy(entries[entry_count].name, name);
-    entries[entry_count].fd = fd;
-    entry_count++;
+    strcpy(kept->entries[kept->count].name, name);
+    kept->entries[kept->count].fd = fd;
+    kept->count++;
 }
 
-static void drop(const char *name) {
-    struct entry *existing = find(name);
+static void drop(struct kept *kept, const char *name) {
+    struct entry *existing = find(kept, name);
     if (!existing) return;
     close(existing->fd);
-    *existing = entries[--entry_count];
+    *existing = kept->entries[--kept->count];
 }
 
-static void drop_all(void) {
-    for (size_t index = 0; index < entry_count; index++) close(entries[index].fd);
-    entry_count = 0;
+static void drop_all(struct kept *kept) {
+    for (size_t index = 0; index < kept->count; index++) close(kept->entries[index].fd);
+    free(kept->entries);
+    *kept = (struct kept){ 0 };
 }
 
 /// One request of the daemon's; returns 1 when the keeper should end.
-static int serve(int client, const char *request, size_t length, int fd) {
+static int serve(struct kept *kept, int client, const char *request, size_t length, int fd) {
     char name[NAME_MAX_LENGTH + 1] = "";
     if (length > 2 && length - 2 <= NAME_MAX_LENGTH && request[1] == ' ') {
         memcpy(name, request + 2, length - 2);
@@ -130,19 +134,19 @@ static int serve(int client, const char *request, size_t length, int fd) {
     }
     switch (length > 0 ? request[0] : 0) {
     case 'P':  // keep: "P name" with the descriptor attached
-        if (fd >= 0 && name[0]) { put(name, fd); fd = -1; }
+        if (fd >= 0 && name[0]) { put(kept, name, fd); fd = -1; }
         break;
     case 'D':  // drop: "D name"
-        if (name[0]) drop(name);
+        if (name[0]) drop(kept, name);
         break;
     case 'L':  // list: one "F name" with its descriptor each, then "E"
-        for (size_t index = 0; index < entry_count; index++) {
+        for (size_t index = 0; index < kept->count; index++) {
             char reply[NAME_MAX_LENGTH + 3];
-            size_t size = strlen(entries[index].name);
+            size_t size = strlen(kept->entries[index].name);
             reply[0] = 'F';
             reply[1] = ' ';
-            memcpy(reply + 2, entries[index].name, size);
-            if (vigil_send_with_fd(client, reply, size + 2, entries[index].fd) != 0) break;
+            memcpy(reply + 2, kept->entries[index].name, size);
+            if (vigil_send_with_fd(client, reply, size + 2, kept->entries[index].fd) != 0) break;
         }
         (void)vigil_send_with_fd(client, "E", 1, -1);
         break;
@@ -163,19 +167,20 @@ void vigil_fd_keeper_ignore_signals(void) {
 
 /// Serves what a departing daemon sent before it went, without waiting.
 /// Returns 1 if one of those requests ends the keeper.
-static int drain(int client) {
+static int drain(struct kept *kept, int client) {
     for (;;) {
         char request[NAME_MAX_LENGTH + 3];
         int fd;
         ssize_t length = receive(client, request, sizeof request, &fd, MSG_DONTWAIT);
         if (length < 0 && errno == EMSGSIZE) continue;
         if (length <= 0) return 0;
-        if (serve(client, request, (size_t)length, fd)) return 1;
+        if (serve(kept, client, request, (size_t)length, fd)) return 1;
     }
 }
 
 int vigil_fd_keeper_serve(int listener, int idle_seconds) {
     uid_t owner = getuid();
+    struct kept kept = { 0 };
     int client = -1;
     for (;;) {
         struct pollfd watched[2] = { { .fd = listener, .events = POLLIN }, { .fd = client, .events = POLLIN } };
@@ -193,7 +198,7 @@ int vigil_fd_keeper_serve(int listener, int idle_seconds) {
                     // The newest daemon is the live one; what the previous one
                     // sent before it went (its last ports) is kept first.
                     if (client >= 0) {
-                        int quit = drain(client);
+                        int quit = drain(&kept, client);
                         close(client);
                         if (quit) { close(accepted); break; }
                     }
@@ -211,12 +216,13 @@ int vigil_fd_keeper_serve(int listener, int idle_seconds) {
                 if (fd >= 0) close(fd);
                 close(client);
                 client = -1;
-                if (entry_count == 0) break;  // nothing to keep: the next daemon starts its own
+                if (kept.count == 0) break;  // nothing to keep: the next daemon starts its own
                 continue;
             }
-            if (serve(client, request, (size_t)length, fd)) break;
+            if (serve(&kept, client, request, (size_t)length, fd)) break;
         }
     }
-    drop_all();
+    if (client >= 0) close(client);
+    drop_all(&kept);
     return 0;
 }
