@@ -181,12 +181,33 @@ static int drain(struct kept *kept, int client) {
 int vigil_fd_keeper_serve(int listener, int idle_seconds) {
     uid_t owner = getuid();
     struct kept kept = { 0 };
+    struct pollfd *watched = NULL;
+    size_t watched_capacity = 0;
     int client = -1;
     for (;;) {
-        struct pollfd watched[2] = { { .fd = listener, .events = POLLIN }, { .fd = client, .events = POLLIN } };
-        int ready = poll(watched, client >= 0 ? 2 : 1, client >= 0 ? -1 : idle_seconds * 1000);
+        // With no daemon, the held ports are watched too: one whose device is
+        // gone (a hang-up) is of no use to the next daemon and is let go.
+        size_t count = 2 + (client < 0 ? kept.count : 0);
+        if (count > watched_capacity) {
+            struct pollfd *grown = realloc(watched, count * sizeof *grown);
+            if (!grown) break;
+            watched = grown;
+            watched_capacity = count;
+        }
+        watched[0] = (struct pollfd){ .fd = listener, .events = POLLIN };
+        watched[1] = (struct pollfd){ .fd = client, .events = POLLIN };  // ignored while -1
+        for (size_t index = 2; index < count; index++) {
+            watched[index] = (struct pollfd){ .fd = kept.entries[index - 2].fd, .events = 0 };
+        }
+        int ready = poll(watched, count, client >= 0 ? -1 : idle_seconds * 1000);
         if (ready < 0 && errno == EINTR) continue;
         if (ready <= 0) break;  // no daemon came back in time (or poll failed)
+        if (client < 0 && count > 2) {
+            for (size_t index = count - 1; index >= 2; index--) {  // from the end: drop() moves the last entry
+                if (watched[index].revents & (POLLHUP | POLLERR | POLLNVAL)) drop(&kept, kept.entries[index - 2].name);
+            }
+            if (kept.count == 0 && !(watched[0].revents & POLLIN)) break;  // nothing left to keep
+        }
         if (watched[0].revents & POLLIN) {
             int accepted = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
             struct ucred peer;
@@ -223,6 +244,7 @@ int vigil_fd_keeper_serve(int listener, int idle_seconds) {
         }
     }
     if (client >= 0) close(client);
+    free(watched);
     drop_all(&kept);
     return 0;
 }

@@ -101,6 +101,12 @@ public final class SerialPort: Sendable {
         return port
     }
 
+    /// Lets other programs open the device again (TIOCNXCL), while this file
+    /// stays open: for ports a stopping daemon leaves with its port keeper.
+    public func releaseExclusivity() {
+        _ = ioctl(fd, UInt(TIOCNXCL))
+    }
+
     /// Applies new line settings at once (TCSANOW): bytes in flight may be
     /// garbled by the change, as on any UART.
     public func apply(_ settings: SerialSettings) throws {

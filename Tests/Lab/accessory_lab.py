@@ -22,6 +22,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import signal
 import shutil
 import subprocess
 import sys
@@ -113,6 +114,28 @@ def check_udev_marked(host_node: str) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------- vigild ----
+def end_port_keepers(socket: str) -> None:
+    """Ends the port keeper serving `socket` (`vigild --fd-keeper`, its socket
+    as stdin), if one runs."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if b"--fd-keeper" not in f.read().split(b"\0"):
+                    continue
+            serves = os.readlink(f"/proc/{entry}/fd/0")
+        except OSError:
+            continue
+        # /proc shows a socket as socket:[INODE]; the path's inode is another one, so
+        # match through /proc/net/unix, which lists bound paths by inode.
+        inode = serves.removeprefix("socket:[").removesuffix("]")
+        with open("/proc/net/unix") as f:
+            if any(line.split()[-1] == socket and line.split()[6] == inode for line in f.readlines()[1:]
+                   if len(line.split()) >= 8):
+                os.kill(int(entry), signal.SIGTERM)
+
+
 def json_lines(path: str, kind: str | None = None) -> list[dict]:
     """The whole JSON lines another process appends to `path` (a bridge's
     output), those whose `kind` is `kind` if given; every line must be JSON."""
@@ -280,6 +303,10 @@ class Daemon:
         except Exception:  # noqa: BLE001
             pass
         lab.sh("lab_daemon_stop", "vigild")
+        # A stop with on-stop = leave leaves the ports with vigild's port
+        # keeper for the next daemon (up to 120 s): there is none in this
+        # guest, and the next test must find its devices free.
+        end_port_keepers(f"{self.dir}/state/port-keeper.sock")
         # The daemon thaws its apps when it stops and they exit when their
         # connection closes; kill whatever is left so nothing leaks into the
         # next test, and remove the cgroups.

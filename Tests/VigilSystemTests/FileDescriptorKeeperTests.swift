@@ -68,6 +68,22 @@ import Testing
         #expect(ended.wait(timeout: .now() + 10) == .success)
     }
 
+    @Test func withNoDaemonAHeldDescriptorThatHangsUpIsLetGo() throws {
+        let directory = try scratch()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let ended = DispatchSemaphore(value: 0)
+        let daemon = try FileDescriptorKeeper.connect(path: directory + "/keeper.sock") { startKeeper($0, ended: ended) }
+        var ends: [Int32] = [0, 0]
+        #expect(pipe(&ends) == 0)
+        try daemon.keep(ends[0], name: "session-1")
+        close(ends[0])
+        _ = try daemon.list()  // the keep is served
+        daemon.close()  // the daemon dies; the keeper holds the "port"
+        #expect(ended.wait(timeout: .now() + 0.5) == .timedOut, "it keeps a live port for the next daemon")
+        close(ends[1])  // the device goes: the held end hangs up
+        #expect(ended.wait(timeout: .now() + 10) == .success, "let go of, and nothing left to keep")
+    }
+
     @Test func badRequestsAreIgnoredAndTheKeeperServesOn() throws {
         let directory = try scratch()
         defer { try? FileManager.default.removeItem(atPath: directory) }

@@ -106,7 +106,8 @@ void vigil_fd_keeper_ignore_signals(void);
 
 /// Runs the fd keeper on a listening SOCK_SEQPACKET socket until it is told
 /// to quit, until its daemon leaves it holding nothing, or until no daemon
-/// has been connected for `idle_seconds`.
+/// has been connected for `idle_seconds`. While no daemon is connected, a
+/// held descriptor that hangs up (its device gone) is closed.
 /// Requests: "P name" + fd keeps a duplicate under name (replacing one of that
 /// name), "D name" drops it, "L" lists them ("F name" + fd each, then "E"),
 /// "Q" ends it. Only peers of its own uid are served. Returns 0.

@@ -31,10 +31,16 @@ extension DaemonCore {
     }
 
     /// Closes the ports. Leaving them kept, the port keeper goes on holding
-    /// them for the next daemon, as the apps are left for it to adopt;
-    /// otherwise it is ended with them.
+    /// them for the next daemon, as the apps are left for it to adopt, but
+    /// not locked: a person who stopped vigild may open the device meanwhile
+    /// (the next daemon locks it again). Otherwise the keeper ends with them.
     func stopAccessories(leavingPortsKept: Bool) {
-        if leavingPortsKept { disconnectPortKeeper() }
+        if leavingPortsKept {
+            if accessoryState.portKeeper != nil {
+                for port in accessoryState.ports.values { port.port.releaseExclusivity() }
+            }
+            disconnectPortKeeper()
+        }
         for id in accessoryState.ports.keys.sorted() { closePort(id) }
         if !leavingPortsKept { endPortKeeper() }
         if let watch = accessoryState.monitorWatch { loop.removeWatch(watch) }

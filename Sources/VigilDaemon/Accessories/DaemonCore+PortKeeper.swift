@@ -21,7 +21,10 @@ extension DaemonCore {
     /// At start: takes back the ports a keeper holds for an earlier daemon, if
     /// one runs. None is started until a port opens (`keepPort`).
     func connectPortKeeper() {
-        guard portKeeperCommand != nil, let keeper = FileDescriptorKeeper.connectIfRunning(path: portKeeperPath) else { return }
+        guard portKeeperCommand != nil else {
+            return logger.info("port keeper disabled (--no-port-keeper): a SIGKILL of vigild will lose what its ports received and it had not read")
+        }
+        guard let keeper = FileDescriptorKeeper.connectIfRunning(path: portKeeperPath) else { return }
         do {
             for (name, fd) in try keeper.list() {
                 guard name.hasPrefix("session-"), let session = Int(name.dropFirst("session-".count)) else {
