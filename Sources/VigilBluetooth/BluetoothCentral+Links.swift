@@ -56,6 +56,9 @@ extension BluetoothCentral {
     /// How long a Connect call may be in flight before BlueZ's state is
     /// checked (and again as often while it stays in flight).
     static let connectCheckInterval: Duration = .seconds(5)
+    /// A Connect unanswered this long while BlueZ reports the link down is
+    /// cancelled and tried again (once per attempt).
+    static let connectAbandonAfter: Duration = .seconds(10)
 
     private func connect(_ path: ObjectPath, address: String, attempt: Int, number: Int) async {
         guard let bus else { return }
@@ -135,6 +138,14 @@ extension BluetoothCentral {
         let connected = tree.device(address: address)?.connected ?? false
         log("bluetooth: \(address): Connect still unanswered after \(waited); BlueZ reports Connected=\(connected)")
         links[address]?.watchdog = connected ? nil : scheduleConnectCheck(path, address: address, attempt: attempt, waited: waited)
+        if !connected && waited >= Self.connectAbandonAfter && waited - Self.connectCheckInterval < Self.connectAbandonAfter {
+            // Seen in the lab: after a peer dropped the link, BlueZ's next
+            // Connect went unanswered for good while the peer advertised.
+            // Disconnect cancels a pending Connect (BlueZ's documented way);
+            // the cancelled call then fails, and that failure tries again.
+            log("bluetooth: \(address): cancelling the Connect unanswered for \(waited) with the link down, to try again")
+            _ = try? await bus?.call(destination: BlueZ.service, path: path, interface: BlueZ.device, member: "Disconnect", timeout: .seconds(10))
+        }
     }
 
     private func scheduleRetry(_ address: String, after delay: Duration, reason: String) {

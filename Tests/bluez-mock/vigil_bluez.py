@@ -145,6 +145,7 @@ class _Dev:
         self.resolve_delay = 0.05
         self.away = False
         self.quiet = False              # Connect's property changes are not signalled
+        self.hang_connects = 0          # this many next Connect calls never complete
         self.snapshot = None            # [(path, props)] while removed
         self.next_handle = 0x000a
         self.gatt = []                  # GATT object paths, creation order
@@ -518,6 +519,9 @@ def _connect(o, sender, reply_cb, error_cb):
                 for _r, e_cb, _s in pending:
                     e_cb(_err(name, msg))
         _later(d.connect_delay, fail)
+        return
+    if d.hang_connects > 0:
+        d.hang_connects -= 1  # left pending, the device present: only Disconnect ends it
         return
     if not d.away:
         _schedule_connect(o.path, d)
@@ -1248,6 +1252,10 @@ def _c_connect_signals(o, s, dev, emit):
     _dev(dev).quiet = not bool(emit)
 
 
+def _c_hang_connects(o, s, dev, count):
+    _dev(str(dev)).hang_connects = int(count)
+
+
 def _c_connect_silently(o, s, dev):
     dev = str(dev)
     d = _dev(dev)
@@ -1443,6 +1451,7 @@ CONTROL_METHODS = [
     ('SetConnectDelay', 'od', '', _c_connect_delay, False),
     ('SetConnectSignals', 'ob', '', _c_connect_signals, False),
     ('ConnectSilently', 'o', '', _c_connect_silently, False),
+    ('HangConnects', 'ou', '', _c_hang_connects, False),
     ('SetResolveDelay', 'od', '', _c_resolve_delay, False),
     ('Notify', 'oay', 'u', lambda o, s, c, v: dbus.UInt32(_notify(c, v)), False),
     ('NotifyHeartRate', 'oqaq', 'u', _c_notify_hr, False),

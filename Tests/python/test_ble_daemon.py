@@ -325,6 +325,20 @@ class BluetoothCentralTests(unittest.TestCase):
                 return "Connect still unanswered" in log.read()
         self.wait_until(logged, "the pending connect's check in vigild's log")
 
+    def test_a_connect_bluez_never_answers_with_the_link_down_is_cancelled_and_tried_again(self):
+        # Seen in the lab: BlueZ's Connect left pending for good while the peer
+        # advertised. vigild cancels it (Disconnect) after 10 s and connects again.
+        c = self.control
+        c.request("ble.registerCentral")
+        self.mock.control.HangConnects(self.hrm, 1)
+        c.request("ble.connect", peripheral=HRM)
+        self.push(c, "ble.connected", timeout=40)
+        connects = self.calls("Connect")
+        self.assertGreaterEqual(len(connects), 2, f"Connect calls: {connects}")
+        self.assertTrue(self.calls("Disconnect"), "the hung Connect was not cancelled")
+        with open(f"{self.dir}/vigild.log") as log:
+            self.assertIn("cancelling the Connect unanswered", log.read())
+
     def test_letting_go_before_connect_replies_takes_the_link_down(self):
         # Connected arrives before Connect's reply (BlueZ replies after resolving
         # services); a client that lets go in between still gets the link cut.
