@@ -23,6 +23,7 @@ let package = Package(
         .executable(name: "vigil-demo-app", targets: ["VigilDemoApp"]),
         .executable(name: "vigil-bench", targets: ["VigilBench"]),
         .executable(name: "vigil-accessory-bench", targets: ["AccessoryBench"]),
+        .executable(name: "vigil-engine-bench", targets: ["EngineBench"]),
         .executable(name: "vigil-sensor-logger", targets: ["SensorLogger"]),
         .executable(name: "vigil-hrm-bridge", targets: ["HeartRateBridge"]),
         .executable(name: "vigil-toml-check", targets: ["VigilTOMLCheck"]),
@@ -135,6 +136,12 @@ let package = Package(
             name: "VigilBench",
             dependencies: ["VigilKit", "VigilSystem"],
             path: "Sources/Benchmarks/VigilBench",
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "EngineBench",
+            dependencies: ["VigilLifecycle"],
+            path: "Sources/Benchmarks/EngineBench",
             swiftSettings: strict
         ),
         .executableTarget(

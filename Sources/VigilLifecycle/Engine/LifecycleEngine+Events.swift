@@ -27,11 +27,11 @@ extension LifecycleEngine {
                 throw ProtocolError(.queueFull, "the event queue of \(id) is full (\(queueLimit) unacknowledged events)")
             }
             app.queue.countDrop(kind: event.kind)
-            apps[id] = app
+            store(id, app)
             decide(id, .drop, "event queue full (\(queueLimit)): dropped a '\(event.kind)' event (\(app.queue.totalDropped) in total); the app will get an overflow event")
             throw ProtocolError(.queueFull, "the event queue of \(id) is full; the event was dropped and will be reported to the app")
         }
-        apps[id] = app
+        store(id, app)
         let stored = app.queue.events.last!
         let disposition = route(stored, to: id, now: now)
         if disposition == .delivered, apps[id]?.queue.unsent.contains(where: { $0.seq == seq }) == true {

@@ -25,7 +25,7 @@ extension LifecycleEngine {
         }
         for id in changed {
             // In place: taking the changes must not copy the queue.
-            for change in apps[id]!.queue.takeChanges() { journal.append(change.record(app: id)) }
+            for change in records[id]!.queue.takeChanges() { journal.append(change.record(app: id)) }
             let forceQuit = apps[id]!.forceQuit
             if forceQuit != (journal.forceQuit[id] ?? false) {
                 journal.append(.forceQuit(app: id, forceQuit))

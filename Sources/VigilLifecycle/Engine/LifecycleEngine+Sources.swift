@@ -10,7 +10,7 @@ extension LifecycleEngine {
     /// suspended app (its earlier event may be waiting behind one in flight)
     /// and extend a background app's window.
     public func merge(_ bytes: [UInt8], into id: String, if matches: (QueuedEvent) -> Bool, now: UInt64) -> UInt64? {
-        guard apps[id] != nil, let seq = apps[id]!.queue.mergeIntoLastUnsent(bytes, if: matches) else { return nil }
+        guard apps[id] != nil, let seq = records[id]!.queue.mergeIntoLastUnsent(bytes, if: matches) else { return nil }
         guard let app = apps[id], let event = app.queue.events.last else { return seq }
         // Only where routing changes something: the event's own delivery already
         // logged why it waits, and a log line per read would drown the log.
@@ -52,7 +52,7 @@ extension LifecycleEngine {
     @discardableResult
     public func withdraw(from id: String, reason: String, where matches: (QueuedEvent) -> Bool) -> [QueuedEvent] {
         guard apps[id] != nil else { return [] }
-        let withdrawn = apps[id]!.queue.withdrawUnsent(where: matches)
+        let withdrawn = records[id]!.queue.withdrawUnsent(where: matches)
         if !withdrawn.isEmpty {
             decide(id, .queue, "\(withdrawn.count) queued event(s) withdrawn: \(reason)")
         }

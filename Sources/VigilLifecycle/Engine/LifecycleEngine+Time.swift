@@ -3,8 +3,20 @@ import VigilProtocol
 extension LifecycleEngine {
     /// The next instant at which `advance(to:)` has something to do; nil if none.
     /// The daemon arms a single timer for it, so an idle daemon never wakes.
+    /// Costs the apps changed since the last call, plus a scan of the apps that
+    /// have a deadline (a few, typically: those running in the background).
     public var nextDeadline: UInt64? {
-        apps.values.compactMap(deadline(of:)).min()
+        refreshDeadlines()
+        return deadlines.values.min()
+    }
+
+    /// Recomputes the deadlines of the apps changed since the last time.
+    func refreshDeadlines() {
+        guard !changedSinceDeadlines.isEmpty else { return }
+        for id in changedSinceDeadlines {
+            deadlines[id] = records[id].flatMap(deadline(of:))
+        }
+        changedSinceDeadlines.removeAll(keepingCapacity: true)
     }
 
     private func deadline(of app: AppRecord) -> UInt64? {
@@ -26,8 +38,10 @@ extension LifecycleEngine {
 
     /// Acts on every deadline that has passed by `now`.
     public func advance(to now: UInt64) {
-        for id in apps.keys.sorted() {
-            guard let app = apps[id] else { continue }
+        refreshDeadlines()
+        // Only apps with a deadline that has passed have anything to do here.
+        for id in deadlines.filter({ $0.value <= now }).keys.sorted() {
+            guard let app = records[id] else { continue }
             if let terminateAt = app.terminateAt, terminateAt <= now {
                 stop(id, cause: .notice, now: now, action: .terminate, reason: "did not exit within \(seconds(timings.exitGrace)) of willTerminate")
                 continue

@@ -9,8 +9,19 @@ import VigilProtocol
 /// Later event sources (accessories, Bluetooth) only call `deliver`; they never
 /// get a lifecycle of their own.
 public final class LifecycleEngine {
-    public internal(set) var apps: [String: AppRecord] = [:]
-    public var timings: Timings
+    /// Every app's record. Changed only through `update`, `store` or in-place
+    /// queue changes, so that the deadlines below follow every change.
+    public var apps: [String: AppRecord] { records }
+    var records: [String: AppRecord] = [:]
+    /// Each app's next deadline (see `deadline(of:)`), for apps that have one:
+    /// the daemon asks for the earliest after every engine call, and copying
+    /// every app's record for it made a 1000-app daemon spend most of its CPU
+    /// there. Apps changed since the last look are recomputed, no others.
+    var deadlines: [String: UInt64] = [:]
+    var changedSinceDeadlines: Set<String> = []
+    public var timings: Timings {
+        didSet { changedSinceDeadlines.formUnion(records.keys) }  // deadlines depend on them
+    }
     public let queueLimit: Int
     unowned let host: any LifecycleHost
     /// Set when the daemon stops for good: nothing is launched any more.
@@ -28,14 +39,14 @@ public final class LifecycleEngine {
     /// they run (their manifest is needed to manage them) and dropped once stopped.
     public func updateManifests(_ manifests: [String: AppManifest]) {
         for (id, manifest) in manifests {
-            if apps[id] == nil {
-                apps[id] = AppRecord(manifest: manifest, queueLimit: queueLimit)
+            if records[id] == nil {
+                store(id, AppRecord(manifest: manifest, queueLimit: queueLimit))
             } else {
-                apps[id]!.manifest = manifest
+                update(id) { $0.manifest = manifest }
             }
         }
-        for (id, record) in apps where manifests[id] == nil && record.state == .notRunning {
-            apps[id] = nil
+        for (id, record) in records where manifests[id] == nil && record.state == .notRunning {
+            store(id, nil)
         }
     }
 
@@ -46,7 +57,7 @@ public final class LifecycleEngine {
         var app = try record(id)
         if app.forceQuit {
             app.forceQuit = false
-            apps[id] = app
+            store(id, app)
         }
         guard app.state == .notRunning else {
             if !app.state.isForeground { try moveToForeground(id, now: now) }
@@ -159,7 +170,7 @@ public final class LifecycleEngine {
         guard let welcome = identified(id, now: now), var app = apps[id] else { return nil }
         app.connected = true
         app.queue.rewind()
-        apps[id] = app
+        store(id, app)
         if !app.launchNotified {
             update(id) { $0.launchNotified = true }
             notify(id, .didFinishLaunching)
@@ -291,10 +302,17 @@ public final class LifecycleEngine {
         return app
     }
 
+    /// Replaces (or, with nil, removes) an app's record.
+    func store(_ id: String, _ record: AppRecord?) {
+        records[id] = record
+        changedSinceDeadlines.insert(id)
+    }
+
     func update(_ id: String, _ change: (inout AppRecord) -> Void) {
-        guard let old = apps[id]?.state else { return }
-        change(&apps[id]!)
-        if let new = apps[id]?.state, new != old {
+        guard let old = records[id]?.state else { return }
+        change(&records[id]!)
+        changedSinceDeadlines.insert(id)
+        if let new = records[id]?.state, new != old {
             host.stateChanged(id, from: old, to: new)
         }
     }
