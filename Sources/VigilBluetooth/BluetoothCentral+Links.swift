@@ -138,6 +138,12 @@ extension BluetoothCentral {
         let connected = tree.device(address: address)?.connected ?? false
         log("bluetooth: \(address): Connect still unanswered after \(waited); BlueZ reports Connected=\(connected)")
         links[address]?.watchdog = connected ? nil : scheduleConnectCheck(path, address: address, attempt: attempt, waited: waited)
+        if !connected && links[address]?.needsDiscovery == false {
+            // Seen in the lab: BlueZ's Connect pending for good while the peer
+            // advertised. Discovery makes the controller see it.
+            links[address]?.needsDiscovery = true
+            reconcileDiscovery()
+        }
         if !connected && waited >= Self.connectAbandonAfter && waited - Self.connectCheckInterval < Self.connectAbandonAfter {
             // Seen in the lab: after a peer dropped the link, BlueZ's next
             // Connect went unanswered for good while the peer advertised.
@@ -174,6 +180,10 @@ extension BluetoothCentral {
             if let retry = links[address]?.retry { loop.cancelTimer(retry) }
             links[address]?.retry = nil
             if !wasUp { log("bluetooth: \(address): connected") }
+            if links[address]?.needsDiscovery == true {
+                links[address]?.needsDiscovery = false
+                reconcileDiscovery()
+            }
             for (client, state) in clients where state.connects.contains(address) && !state.announced.contains(address) {
                 clients[client]?.announced.insert(address)
                 emit(.connected(peripheral: address), to: client)

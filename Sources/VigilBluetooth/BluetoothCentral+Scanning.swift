@@ -43,7 +43,8 @@ extension BluetoothCentral {
 
     /// What discovery must look for: nil when something needs every device
     /// (a scan without services, or a pending connect to a device BlueZ does
-    /// not know, which must be seen advertising before Connect can work).
+    /// not know, which must be seen advertising before Connect can work, or
+    /// whose Connect has gone unanswered with the link down).
     var wantedDiscovery: (needed: Bool, uuids: [String]?) {
         var needed = false
         var uuids: Set<String> = []
@@ -53,7 +54,7 @@ extension BluetoothCentral {
                 needed = true
                 if let services = scan.services { uuids.formUnion(services) } else { everything = true }
             }
-            for address in state.connects where tree.device(address: address) == nil {
+            for address in state.connects where tree.device(address: address) == nil || links[address]?.needsDiscovery == true {
                 needed = true
                 everything = true
             }

@@ -15,6 +15,10 @@ struct Link {
     var retry: TimerID?
     /// vigild's Connect brought it up, so vigild may take it down.
     var ours = false
+    /// A Connect has gone unanswered with the link down: discovery runs until
+    /// the link is up (the controller then sees the peer advertise, which
+    /// completes a connect its own passive scan left pending).
+    var needsDiscovery = false
 
     mutating func cancelAttempt(loop: EventLoop) {
         if let retry { loop.cancelTimer(retry) }

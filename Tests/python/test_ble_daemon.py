@@ -336,6 +336,10 @@ class BluetoothCentralTests(unittest.TestCase):
         connects = self.calls("Connect")
         self.assertGreaterEqual(len(connects), 2, f"Connect calls: {connects}")
         self.assertTrue(self.calls("Disconnect"), "the hung Connect was not cancelled")
+        # Discovery ran while the Connect hung (the controller must see the
+        # peer advertise), and stops once the link is up.
+        self.assertTrue(self.calls("StartDiscovery"), "no discovery while the Connect hung")
+        self.wait_until(lambda: len(self.calls("StopDiscovery")) >= 1, "discovery off once connected")
         with open(f"{self.dir}/vigild.log") as log:
             self.assertIn("cancelling the Connect unanswered", log.read())
 
