@@ -145,24 +145,37 @@ def cgroup_frozen(pid, mount=UNIFIED):
         return False
 
 
-def stranded(marker, info):
+def stranded(marker, current_info, settle=10.0):
     """App processes (command line containing `marker`) that the daemon does
-    not hold: (left stopped, left frozen, orphaned) pid lists. `info` is the
-    app object from `apps`: only its process, and only while it is
-    `suspended`, may be stopped (signal fallback) or frozen (freezer)."""
-    stopped, frozen, orphaned = [], [], []
-    for pid in processes_with(marker):
-        state = process_state(pid)
-        if state in (None, "Z"):
-            continue
-        held = pid == info["pid"] and info["state"] == "suspended"
-        if state == "T" and not held:
-            stopped.append(pid)
-        elif cgroup_frozen(pid) and not held:
-            frozen.append(pid)
-        if pid != info["pid"]:
-            orphaned.append(pid)
-    return stopped, frozen, orphaned
+    not hold: (left stopped, left frozen, orphaned) pid lists, and the app
+    object they were judged against. `current_info()` returns the app object
+    from `apps`: only its process, and only while it is `suspended`, may be
+    stopped (signal fallback) or frozen (freezer).
+
+    The daemon suspends and wakes the app at its own pace, so the processes
+    are judged against an answer that did not change while they were read
+    (one read just as the daemon stopped it, against the answer from just
+    before, is not stranded); a process left stopped stays so, and is found
+    in such a snapshot. After `settle` s without one, the last is used."""
+    deadline = time.monotonic() + settle
+    while True:
+        info = current_info()
+        stopped, frozen, orphaned = [], [], []
+        for pid in processes_with(marker):
+            state = process_state(pid)
+            if state in (None, "Z"):
+                continue
+            held = pid == info["pid"] and info["state"] == "suspended"
+            if state == "T" and not held:
+                stopped.append(pid)
+            elif cgroup_frozen(pid) and not held:
+                frozen.append(pid)
+            if pid != info["pid"]:
+                orphaned.append(pid)
+        after = current_info()
+        if (after["pid"], after["state"]) == (info["pid"], info["state"]) or time.monotonic() > deadline:
+            return stopped, frozen, orphaned, info
+        time.sleep(0.05)
 
 
 def remove_cgroup_tree(root):

@@ -230,8 +230,7 @@ class DaemonKillTests(unittest.TestCase):
         emitted = emitter.emitted
         lost = [n for n in range(1, emitted + 1) if n not in figures["stored"]]
         with connect_control(daemon.socket) as control:
-            info = app_info(control, APP)
-        left_stopped, left_frozen, orphaned = stranded(record, info)
+            left_stopped, left_frozen, orphaned, info = stranded(record, lambda: app_info(control, APP))
         adopted = len(decisions_in_log(daemon.log_path, "adopt"))
         relaunched = len(decisions_in_log(daemon.log_path, "relaunch"))
         refused = [r for r in app_records() if r["kind"] == "refused"]

@@ -140,7 +140,7 @@ class DaemonStopTests(unittest.TestCase):
             figures["adopted" if adopted else "not_adopted"] += 1
             if not adopted:
                 failures.append(f"round {round} ({name}): not adopted (pid {before['pid']} -> {info['pid']})")
-            stopped, frozen, _ = stranded(record, info)
+            stopped, frozen, _, _ = stranded(record, lambda: app_info(control, APP))
             figures["left_stopped"] += len(stopped)
             figures["left_frozen"] += len(frozen)
         control.close()
