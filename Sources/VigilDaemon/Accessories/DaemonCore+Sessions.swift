@@ -127,7 +127,7 @@ extension DaemonCore {
             saved = try file.load()
         } catch {
             logger.error("cannot read \(file.path), no session re-established: \(error)")
-            return
+            return releaseUnclaimedKeptPorts()
         }
         let kept = saved.sessions.filter { record in
             guard case let .app(app) = record.holder, let known = engine.apps[app] else { return false }
