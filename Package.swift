@@ -72,7 +72,7 @@ let package = Package(
         // across replugs, and who holds a session (pure logic, no libudev).
         .target(
             name: "VigilAccessories",
-            dependencies: ["VigilLifecycle", "VigilProtocol"],
+            dependencies: ["VigilLifecycle", "VigilProtocol", "VigilSystem"],
             swiftSettings: strict
         ),
 
@@ -181,7 +181,7 @@ let package = Package(
         .testTarget(name: "VigilProtocolTests", dependencies: ["VigilProtocol"], swiftSettings: strict),
         .testTarget(name: "VigilTOMLTests", dependencies: ["VigilTOML"], swiftSettings: strict),
         .testTarget(name: "VigilLifecycleTests", dependencies: ["VigilLifecycle"], swiftSettings: strict),
-        .testTarget(name: "VigilAccessoriesTests", dependencies: ["VigilAccessories"], swiftSettings: strict),
+        .testTarget(name: "VigilAccessoriesTests", dependencies: ["VigilAccessories", "VigilSystem"], swiftSettings: strict),
         .testTarget(name: "VigilSerialTests", dependencies: ["VigilSerial"], swiftSettings: strict),
         .testTarget(
             name: "VigilUdevTests",

@@ -10,6 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/falloc.h>
 
 #ifndef P_PIDFD
 #define P_PIDFD 3
@@ -62,4 +64,8 @@ int vigil_reap(int pidfd, pid_t pid, int *exited, int *code) {
     *exited = info.si_code == CLD_EXITED;
     *code = info.si_status;
     return 1;
+}
+
+int vigil_punch_hole(int fd, long long offset, long long length) {
+    return fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)offset, (off_t)length);
 }

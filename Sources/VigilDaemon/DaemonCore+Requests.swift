@@ -98,6 +98,7 @@ extension DaemonCore {
         case Acknowledge.type:
             let ack: Acknowledge = try message.decode()
             withEngine { engine, now in engine.acknowledge(app, upTo: ack.seq, now: now) }
+            sessionLogsAcknowledged(by: app)
             resumeReading(for: app)
         case BeginBackgroundTask.type:
             let request: BeginBackgroundTask = try message.decode()

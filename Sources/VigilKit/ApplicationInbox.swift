@@ -11,6 +11,8 @@ final class ApplicationInbox: Sendable {
     private let continuation: AsyncStream<ApplicationEvent>.Continuation
     /// Takes every event: accessory events may go to other consumers than `events`.
     private let router: EventRouter
+    /// Fills in the bytes of data events from their session logs.
+    private let sessionLogs = SessionLogReader()
     private let local = Locked(Local())
 
     private struct Local {
@@ -90,7 +92,7 @@ final class ApplicationInbox: Sendable {
             }
             if !isRepeat { continuation.yield(.lifecycle(lifecycle.event)) }
         case EventMessage.type:
-            router.receive(AppEvent(try message.decode(EventMessage.self), payload: message.body))
+            router.receive(sessionLogs.resolve(AppEvent(try message.decode(EventMessage.self), payload: message.body)))
         case DeadlineChanged.type:
             let deadline = try message.decode(DeadlineChanged.self).deadline
             local.withLock { $0.deadline = deadline }

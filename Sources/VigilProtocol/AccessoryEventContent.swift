@@ -6,30 +6,44 @@ public struct SessionLoss: Sendable, Codable, Equatable {
     public var overruns: Int
     public var parityErrors: Int
     public var frameErrors: Int
+    /// Reads vigild could not count because it was killed during them: the
+    /// device may have given bytes there that never reached the session log.
+    /// Rare (the read(2) itself is the window), and never silent.
+    public var interruptedReads: Int
 
-    public init(overruns: Int = 0, parityErrors: Int = 0, frameErrors: Int = 0) {
+    public init(overruns: Int = 0, parityErrors: Int = 0, frameErrors: Int = 0, interruptedReads: Int = 0) {
         self.overruns = overruns
         self.parityErrors = parityErrors
         self.frameErrors = frameErrors
+        self.interruptedReads = interruptedReads
     }
 
-    public var isEmpty: Bool { overruns == 0 && parityErrors == 0 && frameErrors == 0 }
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        overruns = try container.decode(Int.self, forKey: .overruns)
+        parityErrors = try container.decode(Int.self, forKey: .parityErrors)
+        frameErrors = try container.decode(Int.self, forKey: .frameErrors)
+        interruptedReads = try container.decodeIfPresent(Int.self, forKey: .interruptedReads) ?? 0
+    }
+
+    public var isEmpty: Bool { overruns == 0 && parityErrors == 0 && frameErrors == 0 && interruptedReads == 0 }
 
     public static func + (lhs: SessionLoss, rhs: SessionLoss) -> SessionLoss {
         SessionLoss(
             overruns: lhs.overruns + rhs.overruns, parityErrors: lhs.parityErrors + rhs.parityErrors,
-            frameErrors: lhs.frameErrors + rhs.frameErrors)
+            frameErrors: lhs.frameErrors + rhs.frameErrors, interruptedReads: lhs.interruptedReads + rhs.interruptedReads)
     }
 }
 
 /// The typed reading of an app event whose kind is one of `AccessoryEventKind`:
 /// attributes are flat JSON in the event header, so every client decodes them
 /// the same way (docs/protocol.md, "Accessories"). Bytes of `session.data`
-/// travel in the event body, not here.
+/// are in the session log the event names (`log`, `offset`, `length`; the
+/// client library copies them into the payload), or in the event body.
 public enum AccessoryEventContent: Sendable, Equatable {
     case connected(AccessoryInfo)
     case disconnected(AccessoryInfo)
-    /// Bytes from the device; the event body holds them.
+    /// Bytes from the device; the payload holds them (see `SessionLogReader`).
     case data(session: Int)
     /// `willReopen`: the session waits for the same accessory to be plugged in again.
     case closed(session: Int, reason: String, willReopen: Bool)
@@ -60,7 +74,8 @@ public enum AccessoryEventContent: Sendable, Equatable {
                 SessionLoss(
                     overruns: try Self.integer("overruns", in: attributes, of: kind),
                     parityErrors: try Self.integer("parityErrors", in: attributes, of: kind),
-                    frameErrors: try Self.integer("frameErrors", in: attributes, of: kind)))
+                    frameErrors: try Self.integer("frameErrors", in: attributes, of: kind),
+                    interruptedReads: attributes["interruptedReads"] == nil ? 0 : try Self.integer("interruptedReads", in: attributes, of: kind)))
         default:
             return nil
         }

@@ -68,24 +68,21 @@ def missing():
     return None
 
 
-# KNOWN LIMIT (issue 10; closed by issue 11's durable byte path): bytes vigild
-# had read and not yet journaled when it died are lost. The window is read(2)
-# to the journal's write(2): it was milliseconds (a wake's thaw and the process
-# records it rewrites came first: 3 of 8 suspended runs lost a batch) and is
-# now microseconds, the journal being written before any thaw or spawn (1
-# batch in 36 runs since). Only a byte path that persists as it reads can shut
-# it. Tolerated here, printed, and bounded: each lost run is at most one
-# emitter batch (one read), at most one run per kill, and the stream must go on
-# to its end. Anything else fails (sessions not re-established stopped the
-# stream: ~800 records). Unread input is not lost: see the test below.
-def unjournaled_read_losses(lost, batch, kills):
+# What vigild read is in its session log (a file-backed ring) the moment
+# read(2) returns, so its death loses none of it. One window is left: a kill
+# that lands while read(2) itself is copying bytes out of the tty; the count
+# is never stored. The log marks every read in progress, so the next daemon
+# reports it as a `session.loss` event with `interruptedReads`: never silent.
+# A lost run is tolerated only as one such report: at most one emitter batch
+# (one read), and no more runs than reports. Anything else fails.
+def reported_read_losses(lost, batch, reports):
     runs = []
     for n in lost:
         if runs and n == runs[-1][-1] + 1:
             runs[-1].append(n)
         else:
             runs.append([n])
-    return runs, all(len(run) <= batch for run in runs) and len(runs) <= kills
+    return runs, all(len(run) <= batch for run in runs) and len(runs) <= reports
 
 
 @unittest.skipIf(missing(), missing() or "")
@@ -263,10 +260,13 @@ class DaemonKillTests(unittest.TestCase):
         print(f"  at the end: app {info['state']} (pid {info['pid']}); left stopped {len(left_stopped)}, "
               f"left frozen {len(left_frozen)}, orphaned {len(orphaned)} {orphaned or ''}")
 
-        runs, within_limit = unjournaled_read_losses(lost, emitter.batch, KILLS)
-        if lost and within_limit and max(figures["stored"], default=0) > emitter.emitted - emitter.batch:
-            print(f"  KNOWN LIMIT: {len(lost)} records in {len(runs)} runs of at most {emitter.batch} "
-                  f"(read by vigild, not yet journaled when it died); tolerated")
+        reports = sum(int((r.get("attributes") or {}).get("interruptedReads", 0)) for r in app_records()
+                      if r.get("eventKind") == "session.loss" and not r.get("redelivered"))
+        print(f"  reads interrupted by a kill, as reported to the app: {reports}")
+        runs, within_limit = reported_read_losses(lost, emitter.batch, reports)
+        if lost and within_limit:
+            print(f"  REPORTED LOSS: {len(lost)} records in {len(runs)} runs of at most {emitter.batch}, "
+                  f"each a read vigild was killed in and said so; tolerated")
             lost = []
         problems = []
         for name, count in (("lost", len(lost)), ("sequence numbers reused", figures["reused"]),

@@ -21,6 +21,7 @@ for `next_event`.
 import collections
 import dataclasses
 import json
+import mmap
 import os
 import socket
 import struct
@@ -405,6 +406,52 @@ class Event:
     redelivered: bool
 
 
+class SessionLogs:
+    """Reads `session.data` bytes out of session logs (docs/protocol.md,
+    "Session logs"): the event names a file (`log`) and a stream range
+    (`offset`, `length`); byte n of the stream is at file offset
+    4096 + n % capacity. Maps each log read-only once, drops it when the
+    session ends."""
+
+    HEADER_SIZE = 4096
+    MAGIC = b"VIGILLOG"
+    VERSION = 1
+
+    def __init__(self):
+        self._maps = {}  # session -> (path, mmap)
+
+    def resolve(self, kind, attributes, body):
+        """The event's payload: from its log where it names one, else its body."""
+        session = attributes.get("session")
+        if kind == "session.closed" and not attributes.get("willReopen"):
+            entry = self._maps.pop(session, None)
+            if entry:
+                entry[1].close()
+            return body
+        path = attributes.get("log")
+        if kind != "session.data" or path is None:
+            return body
+        offset, length = int(attributes["offset"]), int(attributes["length"])
+        entry = self._maps.get(session)
+        if entry is None or entry[0] != path:
+            with open(path, "rb") as file:
+                mapped = mmap.mmap(file.fileno(), 0, prot=mmap.PROT_READ)
+            if mapped[:8] != self.MAGIC or struct.unpack_from("<I", mapped, 8)[0] != self.VERSION:
+                mapped.close()
+                raise VigilError("invalidState", f"{path} is not a version {self.VERSION} session log")
+            entry = self._maps[session] = (path, mapped)
+        mapped = entry[1]
+        capacity = struct.unpack_from("<Q", mapped, 16)[0]
+        if length > capacity:
+            raise VigilError("invalidArgument", f"session.data length {length} exceeds the log's capacity {capacity}")
+        start = offset % capacity
+        first = min(length, capacity - start)
+        data = mapped[self.HEADER_SIZE + start:self.HEADER_SIZE + start + first]
+        if first < length:
+            data += mapped[self.HEADER_SIZE:self.HEADER_SIZE + length - first]
+        return data
+
+
 @dataclasses.dataclass
 class Lifecycle:
     """A state transition (`didEnterBackground`, `willTerminate`, ...) and the state after it."""
@@ -423,8 +470,8 @@ class AppClient(_Sessions, Connection):
     is accepted; any other gets `unauthorized`.
 
     Accessory events arrive as Events like any other (`kind` in
-    ACCESSORY_EVENT_KINDS; `session.data` has the bytes in `payload`) and are
-    acknowledged the same way."""
+    ACCESSORY_EVENT_KINDS; `session.data` has the bytes in `payload`, copied
+    from the session log the event names) and are acknowledged the same way."""
 
     role = "app"
 
@@ -434,6 +481,7 @@ class AppClient(_Sessions, Connection):
         self.launch = None
         self.deadline = None
         self._expiration_handlers = {}
+        self._session_logs = SessionLogs()
         super().__init__(path, **options)
 
     def _welcomed(self, welcome):
@@ -508,7 +556,9 @@ class AppClient(_Sessions, Connection):
             self.state = message["state"]
             return Lifecycle(message["event"], message["state"])
         if kind == "event":
-            return Event(message["seq"], message["kind"], message.get("attributes") or {}, message.body,
+            attributes = message.get("attributes") or {}
+            payload = self._session_logs.resolve(message["kind"], attributes, message.body)
+            return Event(message["seq"], message["kind"], attributes, payload,
                          bool(message.get("redelivered", False)))
         if kind == "deadline":
             self.deadline = message.get("deadline")

@@ -4,22 +4,38 @@ import VigilKit
 import VigilSystem
 
 /// A real vigild in a scratch directory, with the sample app installed.
-final class BenchDaemon {
+///
+/// Everything it starts ends with `stop()`, which `Teardown` also runs on an
+/// error or a signal: vigild runs with `--on-stop terminate` (it ends its apps
+/// when it stops), the app's process group or cgroup is killed if anything of
+/// it is left, and the cgroups and the scratch directory are removed.
+final class BenchDaemon: @unchecked Sendable {
     let directory: String
     let socket: String
     let recordPath: String
     let cgroupRoot: String?
-    let process: Process
-    let control: ControlClient
+    private(set) var process: SpawnedProcess?
+    private(set) var control: ControlClient!
     static let appID = "org.vigil.bench"
+
+    private struct Tracked {
+        var stopped = false
+        var succeeded = false
+        /// The app's process (pid, start time), as vigild last reported it.
+        var apps: [pid_t: UInt64] = [:]
+    }
+    private let tracked = Locked(Tracked())
+    private var teardownID = 0
 
     init(binaries: String, suspension: String) async throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-bench-\(getpid())-\(suspension)").path
-        try? FileManager.default.removeItem(atPath: directory)
-        try FileManager.default.createDirectory(atPath: directory + "/apps", withIntermediateDirectories: true)
         socket = directory + "/vigild.sock"
         recordPath = directory + "/record.jsonl"
         cgroupRoot = suspension == "cgroup" ? Cgroup.unifiedMountPoint().map { $0 + "/vigil-bench-\(getpid())" } : nil
+        // Registered before anything exists, so a failure from here on cleans up too.
+        teardownID = Teardown.add { [self] in stop(interrupted: true) }
+        try? FileManager.default.removeItem(atPath: directory)
+        try FileManager.default.createDirectory(atPath: directory + "/apps", withIntermediateDirectories: true)
         var config = """
             manifest-dirs = ["apps"]
             state-dir = "state"
@@ -27,9 +43,12 @@ final class BenchDaemon {
             suspension = "\(suspension)"
             event-queue-limit = 100000
             decision-log-size = 100
+            on-stop = "terminate"
+            [timings]
+            exit-grace = 1.0
 
             """
-        if let cgroupRoot { config += "cgroup-root = \"\(cgroupRoot)\"\n" }
+        if let cgroupRoot { config = "cgroup-root = \"\(cgroupRoot)\"\n" + config }
         try config.write(toFile: directory + "/vigild.toml", atomically: true, encoding: .utf8)
         try """
             id = "\(Self.appID)"
@@ -39,33 +58,81 @@ final class BenchDaemon {
             VIGIL_DEMO_QUIET = "1"
             """.write(toFile: directory + "/apps/bench.toml", atomically: true, encoding: .utf8)
 
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: binaries + "/vigild")
-        process.arguments = ["--socket", socket, "--config", directory + "/vigild.toml", "--log-level", "warning"]
-        process.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
-        _ = FileManager.default.createFile(atPath: directory + "/vigild.log", contents: nil)
-        process.standardError = FileHandle(forWritingAtPath: directory + "/vigild.log")
-        try process.run()
-        control = try await Self.connect(socket)
+        let log = open(directory + "/vigild.log", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard log >= 0 else { throw BenchError("cannot create \(directory)/vigild.log") }
+        defer { close(log) }
+        // ProcessSpawner, not Foundation.Process: vigild must not inherit this
+        // thread's blocked signals or the benchmark's ignored SIGINT/SIGTERM.
+        process = try ProcessSpawner.spawn(SpawnRequest(
+            executable: binaries + "/vigild",
+            arguments: ["--socket", socket, "--config", directory + "/vigild.toml", "--log-level", "warning",
+                        "--on-stop", "terminate"],
+            output: log))
+        control = try await Self.connect(socket, daemon: process!)
     }
 
-    private static func connect(_ socket: String) async throws -> ControlClient {
+    private static func connect(_ socket: String, daemon: SpawnedProcess) async throws -> ControlClient {
         let deadline = MonotonicInstant.now().advanced(by: .seconds(10))
         while true {
             do {
                 return try await ControlClient.connect(socketPath: socket)
             } catch where MonotonicInstant.now() < deadline {
+                if let status = try? ProcessControl.reap(daemon) {
+                    throw BenchError("vigild ended before it answered (\(status))")
+                }
                 try await Task.sleep(for: .milliseconds(20))
             }
         }
     }
 
-    var pid: Int32 { process.processIdentifier }
+    var pid: Int32 { process?.pid ?? 0 }
 
-    func stop() {
-        control.close()
-        process.terminate()
-        process.waitUntilExit()
+    /// The app's pid now (0 if not running); remembered, so that `stop` can
+    /// end it should vigild not.
+    func appPID() async throws -> Int32 {
+        let pid = try await control.apps().first { $0.id == Self.appID }?.pid ?? 0
+        if pid > 0, let stat = ProcessStat.read(pid) {
+            tracked.withLock { $0.apps[pid] = stat.startTime }
+        }
+        return pid
+    }
+
+    /// The measurements with this daemon are done; `stop` keeps quiet.
+    func succeeded() { tracked.withLock { $0.succeeded = true } }
+
+    /// Stops vigild (SIGTERM; it ends its apps: `on-stop = "terminate"`),
+    /// SIGKILLs it after 15 s, kills whatever is left of the app, removes the
+    /// cgroups and the scratch directory. Runs once, whoever calls first.
+    func stop(interrupted: Bool = false) {
+        let (already, succeeded, apps) = tracked.withLock { state in
+            defer { state.stopped = true }
+            return (state.stopped, state.succeeded, state.apps)
+        }
+        guard !already else { return }
+        Teardown.remove(teardownID)
+        if !interrupted { control?.close() }
+        if let process {
+            _ = try? ProcessControl.sendSignal(SIGTERM, toPidfd: process.pidfd)
+            let deadline = MonotonicInstant.now().advanced(by: .seconds(15))
+            var status = try? ProcessControl.reap(process)
+            while status == nil && MonotonicInstant.now() < deadline {
+                usleep(10_000)
+                status = try? ProcessControl.reap(process)
+            }
+            if status == nil {
+                FileHandle.standardError.write("vigil-bench: vigild did not stop within 15 s of SIGTERM; killing it\n".data(using: .utf8)!)
+                _ = try? ProcessControl.sendSignal(SIGKILL, toPidfd: process.pidfd)
+                while (try? ProcessControl.reap(process)) == nil { usleep(10_000) }
+            }
+            close(process.pidfd)
+        }
+        // The app is a session leader (signal fallback) or in its cgroup:
+        // if vigild left anything of it, end all of it.
+        for (pid, startTime) in apps where ProcessStat.read(pid)?.startTime == startTime {
+            FileHandle.standardError.write("vigil-bench: the app (\(pid)) outlived vigild; killing its process group\n".data(using: .utf8)!)
+            Glibc.kill(-pid, SIGKILL)
+            Glibc.kill(pid, SIGKILL)
+        }
         if let cgroupRoot {
             let root = Cgroup(path: cgroupRoot)
             for child in (try? root.children()) ?? [] {
@@ -74,6 +141,10 @@ final class BenchDaemon {
                 try? root.child(child).remove()
             }
             try? root.remove()
+        }
+        if !succeeded && !interrupted, let log = try? String(contentsOfFile: directory + "/vigild.log", encoding: .utf8) {
+            let tail = log.split(separator: "\n", omittingEmptySubsequences: false).suffix(20).joined(separator: "\n")
+            FileHandle.standardError.write("vigil-bench: the run failed; the end of vigild's log:\n\(tail)\n".data(using: .utf8)!)
         }
         try? FileManager.default.removeItem(atPath: directory)
     }

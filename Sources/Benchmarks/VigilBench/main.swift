@@ -67,7 +67,7 @@ struct BenchError: Error, CustomStringConvertible {
 func measure(_ name: String, daemon: BenchDaemon, count: Int, suspended: Bool) async throws -> Figures {
     let reader = RecordReader(path: daemon.recordPath)
     _ = reader.newRecords()
-    let pid = try await daemon.control.apps().first { $0.id == BenchDaemon.appID }?.pid ?? 0
+    let pid = try await daemon.appPID()
     var samples: [Double] = []
     var dispositions: [String: Int] = [:]
     for _ in 0..<count {
@@ -132,7 +132,7 @@ func run(wakes: Int, idleSeconds: Int, binaries: String) async throws {
     var idleSummary = ""
     for mechanism in ["cgroup", "signal"] {
         let daemon = try await BenchDaemon(binaries: binaries, suspension: mechanism)
-        defer { daemon.stop() }
+        defer { daemon.stop() }  // also on errors; Teardown runs it on a signal
         let status = try await daemon.control.status()
         guard status.suspension.rawValue == mechanism else {
             throw BenchError("asked for \(mechanism) suspension, the daemon uses \(status.suspension.rawValue): \(status.suspensionDetail)")
@@ -141,6 +141,7 @@ func run(wakes: Int, idleSeconds: Int, binaries: String) async throws {
         try await waitFor("the app to become active") {
             try await daemon.control.apps().first { $0.id == BenchDaemon.appID }?.state == .active
         }
+        _ = try await daemon.appPID()
         if mechanism == "cgroup" {
             figures.append(try await measure("baseline: app active (no wake)", daemon: daemon, count: wakes, suspended: false))
         }
@@ -148,12 +149,13 @@ func run(wakes: Int, idleSeconds: Int, binaries: String) async throws {
         figures.append(try await measure("wake from \(mechanism == "cgroup" ? "cgroup freezer" : "SIGSTOP fallback")", daemon: daemon, count: wakes, suspended: true))
 
         if mechanism == "cgroup" && idleSeconds > 0 {
-            let pid = try await daemon.control.apps().first { $0.id == BenchDaemon.appID }?.pid ?? 0
+            let pid = try await daemon.appPID()
             try await waitFor("suspension") { isSuspended(daemon, pid: pid) }
             // Let the runtime retire worker threads woken by the measurements above.
             try await Task.sleep(for: .seconds(10))
             idleSummary = try await idleReport(daemon: daemon, seconds: idleSeconds)
         }
+        daemon.succeeded()
     }
     print("")
     print("wake latency, from the event's send to the app's handler (µs):")
@@ -168,10 +170,27 @@ func run(wakes: Int, idleSeconds: Int, binaries: String) async throws {
     if !idleSummary.isEmpty { print(idleSummary) }
 }
 
+/// Ends what the run left behind (normally nothing: each daemon's stop ends
+/// vigild and its app) and says so if it found anything.
+func sweep() {
+    let leftovers = Teardown.finish()
+    if !leftovers.isEmpty {
+        FileHandle.standardError.write("vigil-bench: killed leftover processes: \(leftovers.joined(separator: ", "))\n".data(using: .utf8)!)
+    }
+}
+
+let options = Options.parse(Array(CommandLine.arguments.dropFirst()))
+Teardown.install()
 do {
-    let options = Options.parse(Array(CommandLine.arguments.dropFirst()))
     try await run(wakes: options.wakes, idleSeconds: options.idleSeconds, binaries: binaries)
+    sweep()
 } catch {
+    // A Ctrl-C reaches vigild too, which may end the measurement before the
+    // signal handler runs: give it a moment. After a signal, the error is the
+    // interrupted measurement's; the handler cleans up and exits.
+    usleep(200_000)
+    while Teardown.interruptedBy != nil { sleep(60) }
+    sweep()
     FileHandle.standardError.write("vigil-bench: \(error)\n".data(using: .utf8)!)
     exit(1)
 }

@@ -40,6 +40,10 @@ int vigil_pidfd_send_signal(int pidfd, int signal);
 /// status or signal), 0 while the child still runs, -1 with errno set.
 int vigil_reap(int pidfd, pid_t pid, int *exited, int *code);
 
+/// fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE): frees a file range's
+/// pages, keeping the size. 0, or -1 with errno.
+int vigil_punch_hole(int fd, long long offset, long long length);
+
 /// The step of vigil_spawn that failed, reported back to the parent.
 typedef enum vigil_spawn_step {
     VIGIL_SPAWN_PREPARE = 1,

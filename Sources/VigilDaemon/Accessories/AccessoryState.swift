@@ -30,11 +30,29 @@ struct AccessoryState {
     var portKeeperFailedAt: UInt64?
     /// Ports an earlier daemon left with the keeper, by session, until restored.
     var keptPorts: [Int: Int32] = [:]
+    /// Each session's log (the ring its bytes are read into), by session id;
+    /// it outlives the port across unplugs and reopens.
+    var logs: [Int: OpenLog] = [:]
+    /// Ended sessions whose logs still back data events their app has not
+    /// acknowledged (they go to its next process): session id -> app.
+    var retiredLogs: [Int: String] = [:]
     let bufferLimit: Int
 
     init(rules: [AccessoryRule], bufferLimit: Int) {
         registry = AccessoryRegistry(rules: rules)
         self.bufferLimit = bufferLimit
+    }
+}
+
+/// A session's log and how much of it the holder has been told about.
+final class OpenLog {
+    let log: SessionLog
+    /// Stream offset after the last byte a data event (or frame) announced.
+    var announced: UInt64
+
+    init(_ log: SessionLog) {
+        self.log = log
+        announced = log.acknowledged
     }
 }
 
@@ -53,8 +71,6 @@ final class OpenPort {
     /// Writes waiting for the device, each answered once all its bytes are taken.
     var pendingWrites: [PendingWrite] = []
     var bytesIn: UInt64 = 0
-    /// Reused for every read of this port.
-    var readBuffer = [UInt8](repeating: 0, count: 64 * 1024)
     var bytesOut: UInt64 = 0
     /// `bytesIn` when the app was last woken for held-back data (see `wakeIfHeldBack`).
     var bytesInAtHeldBackWake: UInt64?

@@ -33,8 +33,14 @@ extension DaemonCore {
         }
         cancelReopen(record.id)
         do {
+            _ = try openLog(record.id)
+        } catch {
+            throw ProtocolError(.invalidState, "cannot create the session's log: \(error)")
+        }
+        do {
             try openPort(record.id, node: accessory.info.deviceNode, settings: settings)
         } catch {
+            accessoryState.logs.removeValue(forKey: record.id)?.log.remove()
             throw ProtocolError(.invalidState, "cannot open \(accessory.info.deviceNode): \(error)")
         }
         accessoryState.sessions = sessions
@@ -74,6 +80,7 @@ extension DaemonCore {
         closePort(id)
         if !keepForReopen {
             cancelReopen(id)
+            retireLog(id, holder: record.holder)
             accessoryState.sessions.close(id)
             recordSessions()
         }
@@ -134,6 +141,10 @@ extension DaemonCore {
             return !known.forceQuit
         }
         accessoryState.sessions.restore(kept, nextSessionID: saved.nextSessionID)
+        for record in kept {
+            if case let .app(app) = record.holder { restoreLog(record.id, app: app) }
+        }
+        collectSessionLogs()
         var pending = Set(kept.map(\.id))
         for accessory in accessoryState.registry.connected.values.sorted(by: { $0.info.connectionID < $1.info.connectionID }) {
             let matched = accessoryState.sessions.toReopen(
@@ -227,110 +238,66 @@ extension DaemonCore {
         }
     }
 
-    /// Reads what the device sent, as long as the holder can take it. When the
-    /// session's buffer (bytes read and not yet acknowledged) is full, reading
-    /// stops: the tty's own buffer fills and flow control holds the device.
-    ///
-    /// What one readiness yields (up to 16 reads) is handed on once: a tty
-    /// gives a few KiB per read, and each hand-over costs an engine call.
+    /// Reads what the device sent straight into the session's log, as long as
+    /// the holder has room. When the log is full (bytes read and not yet
+    /// acknowledged), reading stops: the tty's own buffer fills and flow
+    /// control holds the device. What one readiness yields (up to 16 reads) is
+    /// announced once.
     private func readPort(_ session: Int, _ port: OpenPort) {
-        guard let record = accessoryState.sessions.sessions[session] else { return }
-        var room = Int.max
-        if case let .app(app) = record.holder {
-            guard canBuffer(session, app: app) else { return pauseReading(session, port) }
-            // Never more than the bound: read only what still fits.
-            room = accessoryState.bufferLimit - bufferedBytes(session, app: app)
-        }
-        var gathered: [UInt8] = []
-        func handOn() {
-            guard !gathered.isEmpty else { return }
-            port.bytesIn += UInt64(gathered.count)
-            deliverData(gathered, session: session, holder: record.holder)
-            gathered = []
-        }
+        guard let record = accessoryState.sessions.sessions[session], let open = accessoryState.logs[session] else { return }
+        if case let .app(app) = record.holder, !canBuffer(session, app: app) { return pauseReading(session, port) }
         // A bounded number of reads per readiness, so one busy device cannot
         // starve the loop; epoll is level-triggered and calls again.
         for _ in 0..<16 {
-            let wanted = min(port.readBuffer.count, room - gathered.count)
-            guard wanted > 0 else {
-                handOn()
+            guard !open.log.isFull else {
+                announce(session)
                 return pauseReading(session, port)
             }
-            let result: SerialRead
+            var outcome = SerialRead.wouldBlock
             do {
-                result = try port.readBuffer.withUnsafeMutableBytes {
-                    try port.port.read(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<wanted]))
+                _ = try open.log.fill { buffer in
+                    outcome = try port.port.read(into: buffer)
+                    if case let .bytes(count) = outcome { return count }
+                    return nil
                 }
             } catch {
-                handOn()  // what came before the failure is the app's
+                announce(session)  // what came before the failure is the holder's
                 return endSession(session, reason: "read failed: \(error)", keepForReopen: record.reopen)
             }
-            switch result {
+            switch outcome {
             case .wouldBlock:
-                handOn()
+                announce(session)
                 reportLoss(session, port, record)
                 return
             case .hangup:
                 // EOF or EIO: the device is gone. Never read it again (no spinning);
                 // udev's remove follows and tells the apps.
-                handOn()
+                announce(session)
                 return endSession(session, reason: "the device hung up", keepForReopen: record.reopen)
             case let .bytes(count):
-                gathered.append(contentsOf: port.readBuffer[0..<count])
+                port.bytesIn += UInt64(count)
             }
         }
-        handOn()
+        announce(session)
         reportLoss(session, port, record)
-    }
-
-    /// The largest session.data event: well within a frame's body limit, and
-    /// small enough that a consumer gets its first bytes soon.
-    static let maxDataEventBytes = 256 * 1024
-
-    private func deliverData(_ bytes: [UInt8], session: Int, holder: SessionHolder) {
-        switch holder {
-        case let .control(connectionID):
-            if let connection = connections[connectionID] { send(SessionData(session: session), body: bytes, to: connection) }
-        case let .app(app):
-            let tag = JSONValue.number(Double(session))
-            let stream = "session.data/\(session)"
-            withEngine { engine, now in
-                // A burst becomes one event: one wake, not one per read. While
-                // the app handles one event of this session the next grows here
-                // (the stream is paced by its acknowledgements), never beyond the
-                // bound, however much one readiness gathered.
-                do {
-                    try engine.deliverStream(bytes, to: app, stream: stream, maxEventBytes: Self.maxDataEventBytes, now: now) {
-                        QueuedEvent(
-                            kind: AccessoryEventKind.data, attributes: ["session": tag], payload: $0, wakeMode: .externalAccessory,
-                            stream: stream)
-                    }
-                } catch {
-                    // canBuffer checked for room first; a full queue here is a bug worth seeing.
-                    logger.error("session \(session): \(bytes.count) bytes could not be queued for \(app): \(error)")
-                }
-            }
-        }
     }
 
     /// Whether the app's queue and this session's buffer have room for more.
     private func canBuffer(_ session: Int, app: String) -> Bool {
         guard let record = engine.apps[app], !record.queue.isFull else { return false }
-        return bufferedBytes(session, app: app) < accessoryState.bufferLimit
+        return accessoryState.logs[session].map { !$0.log.isFull } ?? false
     }
 
-    func bufferedBytes(_ session: Int, app: String) -> Int {
-        let tag = JSONValue.number(Double(session))
-        return engine.queuedEvents(of: app).reduce(0) { total, event in
-            event.kind == AccessoryEventKind.data && event.attributes["session"] == tag ? total + event.payload.count : total
-        }
+    /// Bytes read for the holder and not yet acknowledged.
+    func bufferedBytes(_ session: Int) -> Int {
+        accessoryState.logs[session]?.log.buffered ?? 0
     }
 
     private func pauseReading(_ session: Int, _ port: OpenPort) {
         guard !port.readingPaused, let watch = port.watch else { return }
         port.readingPaused = true
         try? loop.updateWatch(watch, for: port.wantsWritable ? .writable : [])
-        logger.info("session \(session): buffer full (\(accessoryState.bufferLimit) bytes unacknowledged); reading paused, flow control holds the device")
+        logger.info("session \(session): buffer full (\(bufferedBytes(session)) bytes unacknowledged); reading paused, flow control holds the device")
     }
 
     /// After an app acknowledged events: resume sessions that have room again.
@@ -436,8 +403,7 @@ extension DaemonCore {
     func sessionInfo(_ id: Int) -> SessionInfo? {
         guard let record = accessoryState.sessions.sessions[id] else { return nil }
         let port = accessoryState.ports[id]
-        var buffered = 0
-        if case let .app(app) = record.holder { buffered = bufferedBytes(id, app: app) }
+        let buffered = bufferedBytes(id)
         let counters = port?.port.lineCounters()
         let baseline = port?.baseline
         return SessionInfo(

@@ -1,0 +1,124 @@
+import Glibc
+import VigilProtocol
+import VigilSystem
+
+/// A session's log, as its one writer (the daemon) sees it: a file-backed ring
+/// (`SessionLogLayout`) that device bytes are read straight into. What was read
+/// is in the page cache the moment read(2) returns, so it survives the
+/// daemon's death; the app reads it in place. Room in the ring is the
+/// session's buffer: bytes read and not yet acknowledged.
+public final class SessionLog {
+    public let file: MappedFile
+    public let capacity: Int
+
+    /// The log file of a session, in the daemon's state directory.
+    public static func path(session: Int, in directory: String) -> String {
+        "\(directory)/session-logs/\(session).log"
+    }
+
+    /// Opens the log an earlier daemon left, or starts an empty one. A file
+    /// that is not a usable log (torn, foreign, another version) is replaced,
+    /// and `discarded` says why: its bytes are lost, and the caller reports it.
+    public static func openOrCreate(path: String, capacity: Int) throws(SystemError) -> (log: SessionLog, discarded: String?) {
+        let page = Int(sysconf(Int32(_SC_PAGESIZE)))
+        let capacity = max(page, (capacity + page - 1) / page * page)
+        var discarded: String?
+        if access(path, F_OK) == 0 {
+            let existing = try MappedFile.open(path: path, writable: true)
+            guard let problem = SessionLogLayout.problem(in: existing.base, size: existing.size) else {
+                return (SessionLog(file: existing), nil)
+            }
+            discarded = problem
+            unlink(path)
+        }
+        let file = try MappedFile.open(path: path, writable: true, creatingSize: SessionLogLayout.fileSize(capacity: capacity))
+        SessionLogLayout.format(file.base, capacity: capacity)
+        return (SessionLog(file: file), discarded)
+    }
+
+    private init(file: MappedFile) {
+        self.file = file
+        capacity = Int(SessionLogLayout.load(.capacity, from: file.base))
+    }
+
+    public var path: String { file.path }
+
+    /// Stream offset after the last byte read from the device.
+    public var written: UInt64 { SessionLogLayout.load(.written, from: file.base) }
+    /// Stream offset after the last byte the holder acknowledged.
+    public var acknowledged: UInt64 { SessionLogLayout.load(.acknowledged, from: file.base) }
+    /// Bytes read and not yet acknowledged.
+    public var buffered: Int { Int(written - acknowledged) }
+    public var isFull: Bool { buffered >= capacity }
+
+    /// Whether the daemon that wrote this log was killed during a read (see
+    /// `SessionLogLayout.Field.readInProgress`). Cleared by `clearInterruptedRead`.
+    public var wasInterruptedDuringRead: Bool {
+        // The mark holds the offset the read started at, plus one: a daemon
+        // that died after storing the read's count (written moved on) lost nothing.
+        let mark = SessionLogLayout.load(.readInProgress, from: file.base)
+        return mark != 0 && mark - 1 == written
+    }
+
+    public func clearInterruptedRead() { SessionLogLayout.store(0, .readInProgress, to: file.base) }
+
+    /// Reads from `read` straight into the ring's free space (contiguous, up
+    /// to `limit` bytes) and counts what it gave. `read` returns a byte count,
+    /// or nil for none (would block, end of file, failure: the caller's to
+    /// tell apart). Returns the count.
+    ///
+    /// The count is stored the instant read(2) returns; the in-progress mark
+    /// around it lets the next daemon say so if this one dies in between.
+    public func fill<E: Error>(limit: Int = .max, _ read: (UnsafeMutableRawBufferPointer) throws(E) -> Int?) throws(E) -> Int? {
+        let written = self.written
+        let start = Int(written % UInt64(capacity))
+        let room = min(capacity - start, capacity - buffered, limit)
+        guard room > 0 else { return 0 }
+        let target = UnsafeMutableRawBufferPointer(start: file.base + SessionLogLayout.headerSize + start, count: room)
+        SessionLogLayout.store(written + 1, .readInProgress, to: file.base)
+        let count: Int?
+        do {
+            count = try read(target)
+        } catch {
+            clearInterruptedRead()
+            throw error
+        }
+        if let count, count > 0 { SessionLogLayout.store(written + UInt64(count), .written, to: file.base) }
+        clearInterruptedRead()
+        return count
+    }
+
+    /// Copies out a range that was written and not yet acknowledged.
+    public func bytes(from offset: UInt64, count: Int) -> [UInt8] {
+        precondition(offset >= acknowledged && offset + UInt64(count) <= written, "a range outside the unacknowledged bytes")
+        return SessionLogLayout.copy(from: file.base, offset: offset, length: count)
+    }
+
+    /// The holder is done with everything before `offset`: its room is free
+    /// again, and the pages that held it go back to the kernel (the file is
+    /// sparse again), so an idle session holds no data memory.
+    public func acknowledge(upTo offset: UInt64) {
+        let previous = acknowledged
+        guard offset > previous else { return }
+        precondition(offset <= written, "acknowledging bytes never written")
+        SessionLogLayout.store(offset, .acknowledged, to: file.base)
+        // The freed stream range [previous, offset), as one or two ring pieces.
+        let start = Int(previous % UInt64(capacity))
+        let count = Int(offset - previous)
+        let first = min(count, capacity - start)
+        file.release(offset: SessionLogLayout.headerSize + start, count: first)
+        if first < count { file.release(offset: SessionLogLayout.headerSize, count: count - first) }
+    }
+
+    /// Forgets bytes read and not acknowledged (a log whose counters another
+    /// daemon left inconsistent with its events): the ring is empty at `written`.
+    public func discardUnacknowledged() {
+        acknowledge(upTo: written)
+    }
+
+    /// Deletes the file; the object stays usable until released (the mapping
+    /// is the process's until then).
+    public func remove() {
+        unlink(file.path)
+    }
+}
