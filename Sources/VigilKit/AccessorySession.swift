@@ -16,7 +16,9 @@ import VigilSystem
 ///
 /// The daemon keeps the port open and reads while the app is suspended; data
 /// wakes the app (one wake per burst). A chunk may merge several device reads,
-/// and chunks come in device order. Each is acknowledged when the consumer is
+/// and chunks come in device order. The daemon reads into the session's log,
+/// a file this process maps read-only, and a chunk is copied from there
+/// (`SessionLogReader`): what the daemon read survives its crash. Each is acknowledged when the consumer is
 /// done with it (see `AcknowledgingStream`): data an app had not finished when
 /// it crashed comes again to the next process, in `Application.events` as
 /// `session.data` events marked `redelivered`, followed by the `session.closed`
