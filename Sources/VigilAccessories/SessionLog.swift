@@ -102,6 +102,13 @@ public final class SessionLog {
         guard offset > previous else { return }
         precondition(offset <= written, "acknowledging bytes never written")
         SessionLogLayout.store(offset, .acknowledged, to: file.base)
+        if offset == written {
+            // Nothing left unacknowledged: no page of the ring holds a byte
+            // anyone needs (the next read writes afresh), partial pages at the
+            // range's ends included, so an idle session keeps no data page.
+            file.release(offset: SessionLogLayout.headerSize, count: capacity)
+            return
+        }
         // The freed stream range [previous, offset), as one or two ring pieces.
         let start = Int(previous % UInt64(capacity))
         let count = Int(offset - previous)

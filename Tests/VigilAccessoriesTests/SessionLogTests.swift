@@ -128,10 +128,15 @@ struct SessionLogTests {
         let scratch = Scratch()
         let log = try SessionLog.openOrCreate(path: scratch.log, capacity: 16 * Self.page).log
         Self.feed(log, Self.pattern(16 * Self.page))
-        let before = try Self.allocatedBlocks(scratch.log)
-        log.acknowledge(upTo: UInt64(16 * Self.page))
-        let after = try Self.allocatedBlocks(scratch.log)
-        #expect(after < before, "blocks \(before) -> \(after): punching holes frees the acknowledged pages")
+        let full = try Self.allocatedBlocks(scratch.log)
+        // Half a page more than 8 pages: the 8 whole ones go, the partial one stays.
+        log.acknowledge(upTo: UInt64(8 * Self.page + Self.page / 2))
+        let partial = try Self.allocatedBlocks(scratch.log)
+        #expect(full - partial == 8 * Self.page / 512, "blocks \(full) -> \(partial)")
+        #expect(log.bytes(from: log.acknowledged, count: log.buffered) == Self.pattern(log.buffered, from: Int(log.acknowledged)))
+        // All acknowledged: only the header page is left.
+        log.acknowledge(upTo: log.written)
+        #expect(try Self.allocatedBlocks(scratch.log) == Self.page / 512)
         #expect(log.buffered == 0)
     }
 
