@@ -1,3 +1,4 @@
+import CVigilShim
 import Glibc
 
 /// A filesystem `sockaddr_un`.
