@@ -49,6 +49,8 @@ final class OpenLog {
     let log: SessionLog
     /// Stream offset after the last byte a data event (or frame) announced.
     var announced: UInt64
+    /// `acknowledged` when the app was last woken for held-back data (see `wakeIfHeldBack`).
+    var acknowledgedAtHeldBackWake: UInt64?
 
     init(_ log: SessionLog) {
         self.log = log
@@ -72,8 +74,6 @@ final class OpenPort {
     var pendingWrites: [PendingWrite] = []
     var bytesIn: UInt64 = 0
     var bytesOut: UInt64 = 0
-    /// `bytesIn` when the app was last woken for held-back data (see `wakeIfHeldBack`).
-    var bytesInAtHeldBackWake: UInt64?
     /// Counters at open, so loss is reported as it grows.
     var baseline: LineCounters?
     var reported: LineCounters?

@@ -21,9 +21,12 @@ extension DaemonCore {
     func openLog(_ session: Int) throws(SystemError) -> OpenLog {
         if let open = accessoryState.logs[session] { return open }
         // The state directory exists; its logs folder is made on first use.
-        if mkdir(sessionLogDirectory, 0o700) != 0 && errno != EEXIST {
+        // 0711: an app of another user may open its own log (made readable
+        // to it by `grantSessionLog`) but not list the others.
+        if mkdir(sessionLogDirectory, 0o711) != 0 && errno != EEXIST {
             throw SystemError(Errno(rawValue: errno), "mkdir", path: sessionLogDirectory)
         }
+        _ = chmod(sessionLogDirectory, 0o711)  // made 0700 by an older daemon, or by the umask
         let (log, discarded) = try SessionLog.openOrCreate(
             path: SessionLog.path(session: session, in: config.stateDirectory), capacity: accessoryState.bufferLimit)
         if let discarded {
@@ -53,7 +56,9 @@ extension DaemonCore {
     /// (`all` overrides that when the session ends: nothing may stay
     /// unannounced); a terminal gets the bytes in a frame, and they count as
     /// acknowledged at once.
-    func announce(_ session: Int, all: Bool = false) {
+    /// `acknowledging`: an acknowledgement up to this seq is about to be
+    /// handled; events it covers no longer count as queued.
+    func announce(_ session: Int, all: Bool = false, acknowledging: UInt64 = 0) {
         guard let open = accessoryState.logs[session], let record = accessoryState.sessions.sessions[session] else { return }
         switch record.holder {
         case let .control(connectionID):
@@ -64,9 +69,12 @@ extension DaemonCore {
             open.log.acknowledge(upTo: open.announced)
             if let connection = connections[connectionID] { send(SessionData(session: session), body: bytes, to: connection) }
         case let .app(app):
-            if !all, engine.queuedEvents(of: app).contains(where: { Self.isData($0, of: session) }) { return }
+            if !all, engine.queuedEvents(of: app).contains(where: { $0.seq > acknowledging && Self.isData($0, of: session) }) { return }
             while open.log.written > open.announced {
-                let length = min(open.log.written - open.announced, UInt64(Self.maxDataEventBytes))
+                // At most a quarter of the ring per event: the daemon reads
+                // into the rest while the app handles this range (an event of
+                // the whole ring would make them take turns).
+                let length = min(open.log.written - open.announced, UInt64(min(Self.maxDataEventBytes, max(1, open.log.capacity / 4))))
                 let event = QueuedEvent(
                     kind: AccessoryEventKind.data,
                     attributes: [
@@ -84,6 +92,15 @@ extension DaemonCore {
                 open.announced += length
                 if !all { return }
             }
+        }
+    }
+
+    /// Before an app's acknowledgement up to `seq` is handled: announces what
+    /// each of its sessions read since its last event, if that event is
+    /// among the acknowledged.
+    func announceSessionData(of app: String, beforeAcknowledging seq: UInt64) {
+        for record in accessoryState.sessions.sessions(heldBy: .app(app)) where accessoryState.logs[record.id] != nil {
+            announce(record.id, acknowledging: seq)
         }
     }
 

@@ -311,19 +311,23 @@ extension DaemonCore {
         }
     }
 
-    /// An app suspended while one of its sessions is paused would never wake
-    /// again: reading resumes only on its acknowledgement, and no new data can
-    /// arrive to wake it. The held-back data counts as data arriving, so the
-    /// app gets a fresh window to acknowledge; but only if it made progress
-    /// since the last such wake, so a hung app is not woken in a loop.
+    /// An app suspended while one of its sessions holds data back would never
+    /// wake again: data waits for its acknowledgement (reading paused at a
+    /// full log, or bytes read and not yet announced because an event is still
+    /// unacknowledged), and nothing new may arrive to wake it. The held-back
+    /// data counts as data arriving, so the app gets a fresh window to
+    /// acknowledge; but only if it acknowledged something since the last such
+    /// wake, so a hung app is not woken in a loop.
     func wakeIfHeldBack(_ app: String) {
         for record in accessoryState.sessions.sessions(heldBy: .app(app)) {
-            guard let port = accessoryState.ports[record.id], port.readingPaused else { continue }
-            if port.bytesInAtHeldBackWake == port.bytesIn {
+            guard let open = accessoryState.logs[record.id] else { continue }
+            let paused = accessoryState.ports[record.id]?.readingPaused ?? false
+            guard paused || open.log.written > open.announced else { continue }
+            if open.acknowledgedAtHeldBackWake == open.log.acknowledged {
                 logger.warning("session \(record.id): \(app) acknowledged nothing during its last window; not woken again until other work arrives")
                 continue
             }
-            port.bytesInAtHeldBackWake = port.bytesIn
+            open.acknowledgedAtHeldBackWake = open.log.acknowledged
             // After the current engine call: the engine is mid-transition.
             loop.execute { [unowned self] in
                 self.assumeIsolated { core in
