@@ -72,6 +72,28 @@ static void run_child(const vigil_spawn_request *request, int report_fd) {
 
     if (close_inherited_fds() != 0) fail(report_fd, VIGIL_SPAWN_FILE_DESCRIPTORS);
 
+    // Privileges last of all the steps that need them (the cgroup was joined
+    // as the daemon), before the working directory, which the app's user must
+    // be able to enter. Raw syscalls: glibc's wrappers would try to signal the
+    // parent's other threads (its setxid broadcast), which the child does not
+    // have. Groups first: once the uid is dropped, nothing else may change.
+    if (request->change_credentials) {
+        if (syscall(SYS_setgroups, (size_t)request->group_count, request->groups) != 0) {
+            fail(report_fd, VIGIL_SPAWN_CREDENTIALS);
+        }
+        if (syscall(SYS_setresgid, request->gid, request->gid, request->gid) != 0) fail(report_fd, VIGIL_SPAWN_CREDENTIALS);
+        if (syscall(SYS_setresuid, request->uid, request->uid, request->uid) != 0) fail(report_fd, VIGIL_SPAWN_CREDENTIALS);
+        // A dropped process must not be able to get root back.
+        if (request->uid != 0 && syscall(SYS_setuid, 0) == 0) {
+            errno = EPERM;
+            fail(report_fd, VIGIL_SPAWN_CREDENTIALS);
+        }
+        if (getuid() != request->uid || geteuid() != request->uid || getgid() != request->gid || getegid() != request->gid) {
+            errno = EPERM;
+            fail(report_fd, VIGIL_SPAWN_CREDENTIALS);
+        }
+    }
+
     if (request->working_directory && chdir(request->working_directory) != 0) {
         fail(report_fd, VIGIL_SPAWN_WORKING_DIRECTORY);
     }

@@ -1,3 +1,4 @@
+import Glibc
 import VigilDBus
 import VigilProtocol
 import VigilSystem
@@ -5,8 +6,14 @@ import VigilSystem
 /// The bus connection and the mirror: kept current by signals, rebuilt from
 /// GetManagedObjects whenever BlueZ (re)appears or the bus connection is new.
 extension BluetoothCentral {
+    /// After the bus socket appeared, a first attempt can be refused until its
+    /// server listens: this many more, this far apart, then wait for the next change.
+    static let busFollowUpDelays: [Duration] = [.milliseconds(250), .seconds(1), .seconds(4)]
+
     func connectBus() async {
-        guard !stopped else { return }
+        guard !stopped, bus == nil, !connectingBus else { return }
+        connectingBus = true
+        defer { connectingBus = false }
         busGeneration += 1
         let generation = busGeneration
         do {
@@ -32,6 +39,7 @@ extension BluetoothCentral {
                 self?.assumeIsolated { $0.bluezOwnerChanged(message) }
             }
             bus = connection
+            stopWaitingForBus()
             reconnectDelay = .milliseconds(500)
             busUnavailableLogged = false
             log("bluetooth: connected to the system bus")
@@ -47,22 +55,68 @@ extension BluetoothCentral {
         } catch {
             // Said once per outage, not every retry: a machine without a system
             // bus (the demo, a container) would otherwise log forever.
-            if !busUnavailableLogged {
-                log("bluetooth: cannot use the system bus (\(error)); retrying quietly, at most every 10 s")
-                busUnavailableLogged = true
-            }
-            scheduleBusReconnect()
+            waitForBus(after: error)
         }
     }
 
-    private func scheduleBusReconnect() {
+    /// No bus: waits for its socket to appear (inotify on its directory, see
+    /// `PathWatcher`), so an idle daemon on a machine without a system bus
+    /// is never woken. Only an address with no socket file (abstract, tcp)
+    /// is retried on a timer, backing off to every 10 s.
+    private func waitForBus(after error: any Error) {
         guard !stopped else { return }
-        let delay = reconnectDelay
-        reconnectDelay = min(reconnectDelay * 2, .seconds(10))
-        loop.schedule(after: delay) { [weak self] in
-            guard let self else { return }
-            Task { await self.connectBus() }
+        let address = busAddress ?? DBusAddress.system
+        if busWatchers.isEmpty {
+            busWatchers = DBusAddress.socketPaths(address).compactMap { path in
+                try? PathWatcher(path: path, on: loop) { [weak self] in
+                    self?.assumeIsolated { $0.busSocketChanged() }
+                }
+            }
         }
+        // Said once per outage, not every attempt.
+        if !busUnavailableLogged {
+            let how = busWatchers.isEmpty
+                ? "retrying, at most every 10 s"
+                : "waiting for \(busWatchers.map(\.path).joined(separator: " or ")) to appear"
+            log("bluetooth: cannot use the system bus (\(error)); \(how)")
+            busUnavailableLogged = true
+        }
+        guard busRetry == nil else { return }
+        let delay: Duration
+        if busWatchers.isEmpty {
+            delay = reconnectDelay
+            reconnectDelay = min(reconnectDelay * 2, .seconds(10))
+        } else if busFollowUps < Self.busFollowUpDelays.count, busWatchers.contains(where: { access($0.path, F_OK) == 0 }) {
+            // The socket is there but refused us: its server may not listen yet.
+            delay = Self.busFollowUpDelays[busFollowUps]
+            busFollowUps += 1
+        } else {
+            return  // the watchers call when something changes
+        }
+        busRetry = loop.schedule(after: delay) { [weak self] in
+            self?.assumeIsolated { central in
+                central.busRetry = nil
+                central.loop.task { await central.connectBus() }
+            }
+        }
+    }
+
+    /// Something happened to the bus socket's path (it appeared, changed, or
+    /// its directory did): try now, with a few follow-ups.
+    private func busSocketChanged() {
+        guard bus == nil, !stopped else { return }
+        busFollowUps = 0
+        if let busRetry { loop.cancelTimer(busRetry) }
+        busRetry = nil
+        loop.task { await self.connectBus() }
+    }
+
+    func stopWaitingForBus() {
+        for watcher in busWatchers { watcher.cancel() }
+        busWatchers = []
+        if let busRetry { loop.cancelTimer(busRetry) }
+        busRetry = nil
+        busFollowUps = Self.busFollowUpDelays.count
     }
 
     private func busLost(_ generation: Int, _ error: DBusError) {
@@ -70,7 +124,10 @@ extension BluetoothCentral {
         log("bluetooth: lost the system bus (\(error.message)); reconnecting")
         bus = nil
         bluezVanished()
-        scheduleBusReconnect()
+        // Once now; if the bus is restarting, its new socket's appearance (or
+        // a follow-up) brings the next attempt.
+        busFollowUps = 0
+        loop.task { await self.connectBus() }
     }
 
     private func bluezOwnerChanged(_ message: DBusMessage) {
@@ -82,7 +139,7 @@ extension BluetoothCentral {
         } else if newOwner != bluezOwner {
             if bluezOwner != nil { bluezVanished() }
             log("bluetooth: bluetoothd is on the bus (\(newOwner)); loading its objects")
-            Task { await self.bluezAppeared(owner: newOwner) }
+            loop.task { await self.bluezAppeared(owner: newOwner) }
         }
     }
 
@@ -101,7 +158,7 @@ extension BluetoothCentral {
             log("bluetooth: GetManagedObjects failed (\(error)); retrying")
             loop.schedule(after: .seconds(1)) { [weak self] in
                 guard let self else { return }
-                Task { await self.retryLoad(owner) }
+                self.loop.task { await self.retryLoad(owner) }
             }
             return
         }
@@ -115,7 +172,7 @@ extension BluetoothCentral {
         log("bluetooth: mirror loaded: \(tree.adapters.count) adapter(s), \(tree.devices.count) device(s)")
         stateMayHaveChanged()
         reconcileEverything()
-        if let peripheral { Task { await peripheral.bluezReady() } }
+        if let peripheral { loop.task { await peripheral.bluezReady() } }
     }
 
     private func retryLoad(_ owner: String) async {

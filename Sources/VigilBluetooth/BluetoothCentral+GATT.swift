@@ -110,8 +110,9 @@ extension BluetoothCentral {
 
     /// Subscribes or unsubscribes. The subscription is the client's from now
     /// on: started when the peripheral is connected and resolved, and again
-    /// after every reconnect or BlueZ restart.
-    public func setNotify(_ client: BluetoothClient, _ path: CharacteristicPath, enabled: Bool, acquire: Bool) throws(ProtocolError) {
+    /// after every reconnect or BlueZ restart. `acquire` is `ble.notify`'s
+    /// (see `NotifyPreference`).
+    public func setNotify(_ client: BluetoothClient, _ path: CharacteristicPath, enabled: Bool, acquire: Bool?) throws(ProtocolError) {
         let address = try Self.address(path.peripheral)
         guard let service = BluetoothUUID.normalize(path.service), let uuid = BluetoothUUID.normalize(path.characteristic) else {
             throw ProtocolError(.invalidArgument, "'\(path.service)' / '\(path.characteristic)' are not Bluetooth UUIDs")
@@ -135,7 +136,7 @@ extension BluetoothCentral {
                     throw ProtocolError(.notPermitted, "characteristic \(BluetoothUUID.short(uuid)) does not notify (flags: \(characteristic.flags.joined(separator: ",")))")
                 }
             }
-            clients[client]?.subscriptions[canonical] = acquire
+            clients[client]?.subscriptions[canonical] = NotifyPreference(acquire: acquire)
         } else {
             clients[client]?.subscriptions[canonical] = nil
         }
@@ -143,45 +144,65 @@ extension BluetoothCentral {
     }
 
     /// Starts notifications every subscriber needs and stops the ones nobody does.
+    ///
+    /// One session per characteristic, whatever the number of subscribers:
+    /// AcquireNotify (a socket: no D-Bus signal per value, for bluetoothd,
+    /// dbus-daemon or vigild) unless a subscriber asked for StartNotify or the
+    /// characteristic only indicates (BlueZ acquires `notify` only);
+    /// StartNotify if AcquireNotify fails. See docs/bluetooth.md, "Notifications".
     func reconcileNotifications(_ address: String) {
         guard bus != nil, bluezOwner != nil, let device = tree.device(address: address), device.connected, device.servicesResolved else { return }
-        var wantedPaths: [ObjectPath: Bool] = [:]  // -> acquire (only if every subscriber asked for it)
+        var wantedPaths: [ObjectPath: (key: CharacteristicPath, acquire: Bool)] = [:]
         for state in clients.values {
-            for (path, acquire) in state.subscriptions where path.peripheral == address {
+            for (path, preference) in state.subscriptions where path.peripheral == address {
                 guard let characteristic = tree.characteristic(of: device.path, service: path.service, characteristic: path.characteristic) else { continue }
-                wantedPaths[characteristic.path] = (wantedPaths[characteristic.path] ?? true) && acquire
+                let acquire = preference != .startNotify && characteristic.flags.contains("notify")
+                wantedPaths[characteristic.path] = (path, (wantedPaths[characteristic.path]?.acquire ?? true) && acquire)
             }
         }
-        for (path, acquire) in wantedPaths where notify[path] == nil {
-            let state = NotifyState(address: address, mode: acquire ? .acquired : .startNotify)
+        for (path, wanted) in wantedPaths where notify[path] == nil {
+            let state = NotifyState(address: address, key: wanted.key, mode: wanted.acquire ? .acquired : .startNotify)
             notify[path] = state
-            Task { await self.startNotify(path, state) }
+            loop.task { await self.startNotify(path, state) }
         }
         for (path, state) in notify where state.address == address && wantedPaths[path] == nil {
             notify[path] = nil
+            if state.fd != nil { releasedSockets.insert(path) }
             state.close(loop: loop, path: path)
             if state.mode == .startNotify {
-                Task { _ = try? await self.bluez(path, BlueZ.gattCharacteristic, "StopNotify", []) }
+                loop.task { _ = try? await self.bluez(path, BlueZ.gattCharacteristic, "StopNotify", []) }
             }
         }
     }
 
     private func startNotify(_ path: ObjectPath, _ state: NotifyState) async {
-        do {
-            switch state.mode {
-            case .startNotify:
-                _ = try await bluez(path, BlueZ.gattCharacteristic, "StartNotify", [])
-            case .acquired:
+        if state.mode == .acquired {
+            do {
                 let reply = try await bluez(path, BlueZ.gattCharacteristic, "AcquireNotify", [.stringVariantDictionary([:])])
                 guard let fd = reply.first?.unixFD else { throw ProtocolError(.deviceError, "AcquireNotify returned no fd") }
                 guard notify[path] === state else { Glibc.close(fd); return }
+                releasedSockets.remove(path)
                 state.fd = fd
                 _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
-                state.watch = try? loop.watch(fd, for: .readable) { [weak self] events in
+                state.watch = try loop.watch(fd, for: .readable) { [weak self] events in
                     self?.assumeIsolated { $0.acquiredReadable(path, state, events) }
                 }
+                let mtu = reply.count > 1 ? reply[1].unwrapped.uint16.map { ", MTU \($0)" } ?? "" : ""
+                log("bluetooth: \(state.address): notifications on for \(path.rawValue) (AcquireNotify\(mtu))")
+                return
+            } catch {
+                // Refused (another D-Bus client holds a StartNotify session:
+                // InProgress; an older BlueZ and an indicate-only
+                // characteristic: NotSupported; ...) or no watch: StartNotify.
+                guard notify[path] === state else { return }
+                state.close(loop: loop, path: path)
+                state.mode = .startNotify
+                log("bluetooth: \(state.address): AcquireNotify for \(path.rawValue) failed (\(error)); using StartNotify")
             }
-            log("bluetooth: \(state.address): notifications on for \(path.rawValue) (\(state.mode == .acquired ? "AcquireNotify" : "StartNotify"))")
+        }
+        do {
+            _ = try await bluez(path, BlueZ.gattCharacteristic, "StartNotify", [])
+            log("bluetooth: \(state.address): notifications on for \(path.rawValue) (StartNotify)")
         } catch {
             log("bluetooth: \(state.address): starting notifications for \(path.rawValue) failed: \(error); retrying after the next resolve or in 2 s")
             guard notify[path] === state else { return }
@@ -192,32 +213,101 @@ extension BluetoothCentral {
         }
     }
 
+    /// The AcquireNotify socket is readable: one packet per value (BlueZ
+    /// writes each notification as a SOCK_SEQPACKET record). Everything
+    /// waiting is read and handed on at once, so a burst costs its
+    /// subscribers one delivery per wake-up rather than one per value.
     private func acquiredReadable(_ path: ObjectPath, _ state: NotifyState, _ events: IOEvents) {
         guard let fd = state.fd, notify[path] === state else { return }
+        var values: [[UInt8]] = []
+        defer { if !values.isEmpty { deliver(values, of: state.key) } }
         var buffer = [UInt8](repeating: 0, count: 1024)
-        while true {
+        while values.count < 128 {  // then back to the loop (still readable): other sources get their turn
             let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
             if count > 0 {
-                valueChanged(path, Array(buffer[0..<count]))
+                values.append(Array(buffer[0..<count]))
                 continue
             }
             if count < 0 && (errno == EAGAIN || errno == EINTR) { return }
-            // EOF or error: BlueZ hung the socket up (disconnect); re-acquired after the next resolve.
+            if count == 0 && !Self.hungUp(fd) {
+                // A notification with an empty value: a record of length 0,
+                // which recv returns as 0 too (Bleak takes it for the end).
+                values.append([])
+                continue
+            }
+            // EOF or error: BlueZ hung the socket up. On a disconnect it is
+            // acquired again after the next resolve; if the link is still up
+            // (bluetoothd dropped it), a second from now.
             state.close(loop: loop, path: path)
             notify[path] = nil
+            log("bluetooth: \(state.address): BlueZ closed the AcquireNotify socket of \(path.rawValue)")
+            let address = state.address
+            loop.schedule(after: .seconds(1)) { [weak self] in
+                self?.assumeIsolated { $0.reconcileNotifications(address) }
+            }
             return
         }
+    }
+
+    /// Closes every AcquireNotify socket and waits (up to a second) until
+    /// BlueZ reports each released, before the daemon leaves the bus.
+    ///
+    /// bluetoothd 5.66 crashes (a use-after-free: `notify_client_disconnect`
+    /// frees the session that `notify_io_destroy` uses after it) when the
+    /// owner of an acquired session leaves the bus before bluetoothd has seen
+    /// its socket close: in the lab, every stop of a vigild holding one
+    /// killed bluetoothd. Closing the socket first lets it tear the session
+    /// down in order. A vigild killed outright cannot do this.
+    func releaseAcquiredNotifications() async {
+        let acquired = notify.filter { $0.value.fd != nil }
+        for (path, state) in acquired {
+            state.close(loop: loop, path: path)
+            notify[path] = nil
+        }
+        // Also the sockets closed earlier (a subscription ended, e.g. with a
+        // client's connection during the daemon's stop) that BlueZ may not
+        // have seen go yet: a released one answers at once.
+        let paths = releasedSockets.union(acquired.keys)
+        releasedSockets = []
+        guard let bus, bluezOwner != nil, !paths.isEmpty else { return }
+        let deadline = MonotonicInstant.now().advanced(by: .seconds(1))
+        for path in paths {
+            while MonotonicInstant.now() < deadline {
+                let reply = try? await bus.call(
+                    destination: BlueZ.service, path: path, interface: "org.freedesktop.DBus.Properties", member: "Get",
+                    arguments: [.string(BlueZ.gattCharacteristic), .string("NotifyAcquired")], timeout: .milliseconds(500))
+                guard reply?.first?.unwrapped.bool == true else { break }
+                await withCheckedContinuation { continuation in
+                    _ = loop.schedule(after: .milliseconds(10)) { continuation.resume() }
+                }
+            }
+        }
+        log("bluetooth: handed back \(paths.count) AcquireNotify socket(s) before leaving the bus")
+    }
+
+    /// Whether the peer of a socket has closed it (rather than sent an empty record).
+    private static func hungUp(_ fd: Int32) -> Bool {
+        var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        guard poll(&poller, 1, 0) >= 0 else { return true }
+        return poller.revents & Int16(POLLHUP | POLLERR | POLLNVAL) != 0
     }
 
     /// A characteristic's value changed: a notification (or a read's result,
     /// as CoreBluetooth also reports it) for every client subscribed to it.
     func valueChanged(_ path: ObjectPath, _ value: [UInt8]) {
+        if let state = notify[path] {
+            return deliver([value], of: state.key)
+        }
         guard let characteristic = tree.characteristic(at: path), let servicePath = characteristic.service,
               let service = tree.properties(servicePath, BlueZ.gattService).map({ GattServiceView(path: servicePath, properties: $0) }),
               let devicePath = service.device, let device = tree.device(at: devicePath) else { return }
-        let key = CharacteristicPath(peripheral: device.address, service: service.uuid, characteristic: characteristic.uuid)
+        deliver([value], of: CharacteristicPath(peripheral: device.address, service: service.uuid, characteristic: characteristic.uuid))
+    }
+
+    /// Values of a characteristic, in order, to every client subscribed to it.
+    private func deliver(_ values: [[UInt8]], of key: CharacteristicPath) {
         for (client, state) in clients where state.subscriptions[key] != nil {
-            emit(.notification(key), body: value, to: client)
+            delegate?.bluetooth(notifications: values, of: key, to: client)
         }
     }
 

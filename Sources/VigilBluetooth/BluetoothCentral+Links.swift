@@ -40,14 +40,14 @@ extension BluetoothCentral {
             let attempt = link.attempt
             let number = link.failures + 1
             link.watchdog = scheduleConnectCheck(device.path, address: address, attempt: attempt, waited: .zero)
-            Task { await self.connect(device.path, address: address, attempt: attempt, number: number) }
+            loop.task { await self.connect(device.path, address: address, attempt: attempt, number: number) }
         } else {
             let pending = link.connecting
             link.cancelAttempt(loop: loop)
             // Disconnect also cancels a Connect still in flight (BlueZ's doc).
             if (link.connected && link.ours) || pending, let device {
                 link.ours = false
-                Task { await self.disconnect(device.path, address: address) }
+                loop.task { await self.disconnect(device.path, address: address) }
             }
             forget = !link.connected && !link.connecting
         }
@@ -127,7 +127,7 @@ extension BluetoothCentral {
         return loop.schedule(after: interval) { [weak self] in
             self?.assumeIsolated { central in
                 guard central.links[address]?.attempt == attempt, central.links[address]?.connecting == true else { return }
-                Task { await central.checkPendingConnect(path, address: address, attempt: attempt, waited: waited + interval) }
+                central.loop.task { await central.checkPendingConnect(path, address: address, attempt: attempt, waited: waited + interval) }
             }
         }
     }

@@ -67,7 +67,7 @@ extension BluetoothCentral {
         let wanted = wantedDiscovery
         if wanted.needed == discovery.running && (!wanted.needed || wanted.uuids == discovery.filterUUIDs) { return }
         discovery.changing = true
-        Task {
+        loop.task {
             await self.applyDiscovery(wanted, adapter: adapter.path, bus: bus)
         }
     }

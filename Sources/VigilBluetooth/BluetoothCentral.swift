@@ -30,6 +30,16 @@ public actor BluetoothCentral {
     var signalsWhileLoading: [DBusMessage] = []
     var reconnectDelay: Duration = .milliseconds(500)
     var busUnavailableLogged = false
+    /// A connection attempt is under way (one at a time).
+    var connectingBus = false
+    /// While there is no bus: watches for its socket to appear (inotify).
+    var busWatchers: [PathWatcher] = []
+    /// While there is no bus: the next attempt, if one is due (a follow-up,
+    /// or the backoff for addresses with no socket file to watch).
+    var busRetry: TimerID?
+    /// Follow-up attempts made since the bus socket last changed (only while
+    /// it exists and refuses connections).
+    var busFollowUps = BluetoothCentral.busFollowUpDelays.count
     /// After `stop`: no reconnecting.
     var stopped = false
     var lastState: BluetoothState = .unknown
@@ -39,6 +49,9 @@ public actor BluetoothCentral {
     var links: [String: Link] = [:]
     var discovery = DiscoveryState()
     var notify: [ObjectPath: NotifyState] = [:]
+    /// Characteristics whose AcquireNotify socket vigild closed and BlueZ may
+    /// not have released yet: checked before the daemon leaves the bus.
+    var releasedSockets: Set<ObjectPath> = []
     var resolvedWaiters: [String: [Waiter]] = [:]
     var nextWaiterID = 0
 
@@ -60,15 +73,18 @@ public actor BluetoothCentral {
         self.peripheral = peripheral
     }
 
-    /// Connects to the bus and loads BlueZ's tree; keeps trying in the
-    /// background if the bus or BlueZ is not there (apps see `unsupported`
-    /// until it is).
+    /// Connects to the bus and loads BlueZ's tree; if the bus or BlueZ is not
+    /// there, waits for it in the background without polling: the bus socket
+    /// through inotify, bluetoothd through NameOwnerChanged (apps see
+    /// `unsupported` until it is).
     public func start() {
-        Task { await self.connectBus() }
+        loop.task { await self.connectBus() }
     }
 
     public func stop() async {
         stopped = true
+        await releaseAcquiredNotifications()
+        stopWaitingForBus()
         busGeneration += 1  // the closing connection's disconnect is not an outage
         await bus?.close()
         bus = nil

@@ -21,7 +21,49 @@ public protocol BluetoothDelegate: AnyObject, Sendable {
     /// An event for `client`, in order, on the loop; `mode` is the background
     /// mode that may wake an app for it.
     func bluetooth(emit kind: String, attributes: [String: JSONValue], body: [UInt8], mode: BackgroundMode, to client: BluetoothClient)
+    /// Values of a subscribed characteristic for `client`, in the order they
+    /// came (several when one read of an AcquireNotify socket found several),
+    /// on the loop. By default each is emitted as a `ble.notification` of its own.
+    func bluetooth(notifications values: [[UInt8]], of path: CharacteristicPath, to client: BluetoothClient)
     func bluetoothClientIsForeground(_ client: BluetoothClient) -> Bool
+}
+
+extension BluetoothDelegate {
+    public func bluetooth(notifications values: [[UInt8]], of path: CharacteristicPath, to client: BluetoothClient) {
+        let content = BluetoothEventContent.notification(path)
+        for value in values {
+            bluetooth(emit: content.kind, attributes: content.attributes, body: value, mode: .bluetoothCentral, to: client)
+        }
+    }
+}
+
+/// How a client wants a subscription's notifications from BlueZ (`ble.notify`'s `acquire`).
+public enum NotifyPreference: Sendable, Equatable {
+    /// AcquireNotify where the characteristic allows it (it has `notify`),
+    /// StartNotify where it does not or AcquireNotify fails (`acquire` absent).
+    case automatic
+    /// AcquireNotify, StartNotify if it fails (`acquire: true`).
+    case acquire
+    /// StartNotify only (`acquire: false`): for a peripheral that notifies
+    /// before its subscription is confirmed, which AcquireNotify loses.
+    case startNotify
+
+    public init(acquire: Bool?) {
+        switch acquire {
+        case nil: self = .automatic
+        case true?: self = .acquire
+        case false?: self = .startNotify
+        }
+    }
+
+    /// `ble.notify`'s `acquire` member for it.
+    public var acquire: Bool? {
+        switch self {
+        case .automatic: nil
+        case .acquire: true
+        case .startNotify: false
+        }
+    }
 }
 
 /// One client's use of the central role. Kept while an app with a restore
@@ -35,8 +77,8 @@ struct CentralClientState {
     var connects: Set<String> = []
     /// Addresses this client was told are connected (so it hears of the disconnect).
     var announced: Set<String> = []
-    /// Characteristics this client subscribed to; the value: asked for AcquireNotify.
-    var subscriptions: [CharacteristicPath: Bool] = [:]
+    /// Characteristics this client subscribed to, and how it wants them notified.
+    var subscriptions: [CharacteristicPath: NotifyPreference] = [:]
 
     struct Scan: Equatable {
         /// Canonical UUIDs; nil: every peripheral.

@@ -1,5 +1,6 @@
 import Glibc
 import VigilDBus
+import VigilProtocol
 import VigilSystem
 
 /// One characteristic's notifications as vigild runs them for all its
@@ -8,13 +9,17 @@ import VigilSystem
 final class NotifyState: @unchecked Sendable {
     enum Mode { case startNotify, acquired }
     let address: String
-    let mode: Mode
+    /// What subscribers name it by (canonical), found once rather than per value.
+    let key: CharacteristicPath
+    /// `acquired` until AcquireNotify fails; then StartNotify.
+    var mode: Mode
     /// The AcquireNotify socket and its watch.
     var fd: Int32?
     var watch: WatchID?
 
-    init(address: String, mode: Mode) {
+    init(address: String, key: CharacteristicPath, mode: Mode) {
         self.address = address
+        self.key = key
         self.mode = mode
     }
 

@@ -22,7 +22,10 @@ public struct SavedCentral: Codable, Sendable, Equatable {
 
 public struct SavedSubscription: Codable, Sendable, Equatable {
     public var path: CharacteristicPath
-    public var acquire: Bool
+    /// `ble.notify`'s `acquire`: absent for the daemon's choice (AcquireNotify
+    /// where it works). State files older than 2026-11-25 always hold a bool
+    /// (`false` was then the default): such subscriptions keep StartNotify.
+    public var acquire: Bool?
 }
 
 public struct SavedPeripheral: Codable, Sendable, Equatable {
@@ -38,7 +41,7 @@ extension BluetoothCentral {
             guard case let .app(id) = client, !state.isEmpty || state.restoreIdentifier != nil else { continue }
             result[id] = SavedCentral(
                 restoreIdentifier: state.restoreIdentifier, connects: state.connects.sorted(),
-                subscriptions: state.subscriptions.map { SavedSubscription(path: $0.key, acquire: $0.value) }
+                subscriptions: state.subscriptions.map { SavedSubscription(path: $0.key, acquire: $0.value.acquire) }
                     .sorted { "\($0.path)" < "\($1.path)" },
                 scanServices: state.scan.map { ($0.services ?? []).sorted() }, scanAll: state.scan?.services == nil,
                 allowDuplicates: state.scan?.allowDuplicates ?? false)
@@ -52,7 +55,7 @@ extension BluetoothCentral {
         for (id, app) in saved {
             var state = CentralClientState(restoreIdentifier: app.restoreIdentifier)
             state.connects = Set(app.connects)
-            for subscription in app.subscriptions { state.subscriptions[subscription.path] = subscription.acquire }
+            for subscription in app.subscriptions { state.subscriptions[subscription.path] = NotifyPreference(acquire: subscription.acquire) }
             if let services = app.scanServices {
                 state.scan = .init(services: app.scanAll ? nil : Set(services), allowDuplicates: app.allowDuplicates)
             }

@@ -60,8 +60,7 @@ public actor DBusConnection {
 
     /// The system bus (BlueZ's), at DBUS_SYSTEM_BUS_ADDRESS if set.
     public static func system(on loop: EventLoop) async throws(DBusError) -> DBusConnection {
-        let address = environment("DBUS_SYSTEM_BUS_ADDRESS") ?? "unix:path=/run/dbus/system_bus_socket"
-        return try await open(address: address, on: loop)
+        try await open(address: DBusAddress.system, on: loop)
     }
 
     /// The session bus, at DBUS_SESSION_BUS_ADDRESS, else $XDG_RUNTIME_DIR/bus.

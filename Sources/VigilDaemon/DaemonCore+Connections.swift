@@ -136,6 +136,7 @@ extension DaemonCore {
             send(lifecycle, to: connection)
         case let .event(event, redelivered):
             commitJournal(compactIfDue: false)  // journaled before the app can see it
+            grantSessionLog(named: event, to: app)  // readable by the app before it learns the path
             send(
                 EventMessage(seq: event.seq, kind: event.kind, attributes: event.attributes, redelivered: redelivered),
                 body: event.payload, to: connection)

@@ -56,23 +56,38 @@ extension DaemonCore {
     func logPath(of app: String) -> String { config.logDirectory + "/" + app + ".log" }
 
     func spawn(_ manifest: AppManifest, launch: LaunchOptions) throws -> Int32 {
-        let log = open(logPath(of: manifest.id), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o640)
+        // Who it runs as, resolved now: an account made after the manifest was read is found.
+        let identity = try identity(of: manifest)
+        appIdentities[manifest.id] = identity
+        // Opened here, as the daemon, before the child drops its privileges:
+        // the app writes to it without needing any right on the log folder.
+        let log = open(logPath(of: manifest.id), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0o640)
         guard log >= 0 else {
             throw DaemonError("cannot open log \(logPath(of: manifest.id)): \(String(cString: strerror(errno)))")
         }
         defer { Glibc.close(log) }
-        let banner = "--- \(Date()) vigild: starting \(manifest.exec.joined(separator: " ")) (reason: \(launch.reason.rawValue))\n"
+        let runAs = identity.credentials == nil ? "" : " as \(identity.summary)"
+        let banner = "--- \(Date()) vigild: starting \(manifest.exec.joined(separator: " "))\(runAs) (reason: \(launch.reason.rawValue))\n"
         _ = banner.withCString { Glibc.write(log, $0, strlen($0)) }
 
         var environment = SpawnRequest.currentEnvironment()
+        if identity.credentials != nil {
+            // The daemon's per-user locations are not the app user's.
+            for name in ["XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "MAIL"] {
+                environment[name] = nil
+            }
+            environment.merge(identity.environment) { _, user in user }
+        }
         environment.merge(manifest.environment) { _, app in app }
         environment["VIGIL_SOCKET"] = socketPath
         environment["VIGIL_APP_ID"] = manifest.id
         environment["VIGIL_LAUNCH_REASON"] = launch.reason.rawValue
         let request = SpawnRequest(
             executable: manifest.exec[0], arguments: Array(manifest.exec.dropFirst()), environment: environment,
-            workingDirectory: manifest.workingDirectory, cgroup: try suspender.prepareSpawn(for: manifest.id),
-            output: log, newSession: true, name: manifest.id)
+            // An app of another user starts in "/" unless told otherwise, not in the daemon's folder.
+            workingDirectory: manifest.workingDirectory ?? (identity.credentials == nil ? nil : "/"),
+            cgroup: try suspender.prepareSpawn(for: manifest.id),
+            output: log, newSession: true, name: manifest.id, credentials: identity.credentials)
         let process = try ProcessSpawner.spawn(request)
         // Recorded at once, for the next daemon should this one die.
         let startTime = ProcessStat.read(process.pid)?.startTime ?? 0

@@ -59,9 +59,8 @@ extension DaemonCore {
             if let owner {
                 throw ProtocolError(.unauthorized, "process \(pid) belongs to app \(owner): apps cannot use the control role")
             }
-            let uid = connection.credentials.uid
-            guard uid == 0 || uid == geteuid() else {
-                throw ProtocolError(.unauthorized, "uid \(uid) may not control this daemon (only root and uid \(geteuid()))")
+            if case let .readOnly(reason) = try controlAccess(for: connection.credentials) {
+                connection.readOnlyReason = reason
             }
             connection.phase = .control
             send(Welcome(version: version, daemon: Self.version, role: .control, limits: limits), to: connection)
@@ -97,6 +96,7 @@ extension DaemonCore {
         switch message.type {
         case Acknowledge.type:
             let ack: Acknowledge = try message.decode()
+            sessionLogsBeforeAcknowledging(ack.seq, by: app)
             withEngine { engine, now in engine.acknowledge(app, upTo: ack.seq, now: now) }
             sessionLogsAcknowledged(by: app)
             resumeReading(for: app)
@@ -128,6 +128,9 @@ extension DaemonCore {
     // MARK: Control role
 
     private func handleControlRequest(_ message: IncomingMessage, connection: ClientConnection) throws(ProtocolError) {
+        if let reason = connection.readOnlyReason, !Self.readOnlyControlRequests.contains(message.type) {
+            throw ProtocolError(.notPermitted, "'\(message.type)' is not permitted: \(reason)", id: message.id)
+        }
         switch message.type {
         case StatusRequest.type:
             send(status(), id: message.id, to: connection)

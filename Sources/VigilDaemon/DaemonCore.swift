@@ -30,6 +30,12 @@ actor DaemonCore {
     var manifestProblems: [ManifestProblem] = []
     /// Manifests added in code (the built-in demo) on top of the directories.
     var builtInManifests: [String: AppManifest] = [:]
+    /// Which manifest files and users are accepted (docs/security.md).
+    let manifestPolicy: ManifestPolicy
+    /// Each app's user and groups, resolved at its launch (cleared by a reload).
+    var appIdentities: [String: AppIdentity] = [:]
+    /// Session logs made readable to an app's group: session id -> gid.
+    var grantedLogs: [Int: gid_t] = [:]
 
     var listener: UnixListener?
     var listenerWatch: WatchID?
@@ -57,6 +63,10 @@ actor DaemonCore {
     var peripheral: BluetoothPeripheral?
     /// A pending write of the state file; changes within it are written together.
     var saveTimer: TimerID?
+    /// Set by the first stop signal (`VigilDaemonService`).
+    var stopping = false
+    /// The built-in demo's next step (`DemoDriver`).
+    var demoTimer: TimerID?
 
     struct AppProcess {
         var pid: Int32
@@ -85,6 +95,7 @@ actor DaemonCore {
         self.suspender = Self.makeSuspender(config: config, logger: logger)
         self.stateStore = StateStore(directory: config.stateDirectory, durability: config.durability)
         self.processRecordFile = ProcessRecordFile(directory: config.stateDirectory)
+        self.manifestPolicy = Self.manifestPolicy(for: config)
     }
 
     /// Picks the cgroup freezer where it works, and says why not where it doesn't.
@@ -127,6 +138,7 @@ actor DaemonCore {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         }
         if demo { builtInManifests = DemoDriver.manifests(stateDirectory: config.stateDirectory) }
+        logSecurityMode()
         reloadManifests()
         let saved = stateStore.load(logger: logger)
         engine.restore(saved.apps)
@@ -178,13 +190,16 @@ actor DaemonCore {
         processes = [:]
         if let engineTimer { loop.cancelTimer(engineTimer.id) }
         if let saveTimer { loop.cancelTimer(saveTimer) }
+        if let demoTimer { loop.cancelTimer(demoTimer) }
+        demoTimer = nil
         saveState()  // before Bluetooth stops: what apps asked of it is saved too
-        stopBluetooth()
+        await stopBluetooth()
         logger.notice("stopped")
     }
 
     func reloadManifests() {
-        let result = ManifestLoader.load(directories: config.manifestDirectories)
+        let result = ManifestLoader.load(directories: config.manifestDirectories, policy: manifestPolicy)
+        appIdentities = [:]
         manifestProblems = result.problems
         for problem in result.problems {
             logger.error("manifest rejected: \(problem)")

@@ -35,24 +35,46 @@ enum DemoDriver {
                 id: bridgeID, exec: [bridge, "--output", stateDirectory + "/demo-heart-rate.jsonl"],
                 backgroundModes: [.bluetoothCentral], path: "<built-in demo>")
         }
+        // Compiled in: as trusted as the daemon, and run as its user.
+        for id in manifests.keys { manifests[id]?.isBuiltIn = true }
         return manifests
     }
 
-    /// Launch, background after a few seconds, then a wake every `interval`.
-    static func run(core: DaemonCore, interval: Duration = .seconds(15)) async {
+    /// Launch, background after a few seconds, then a wake every `interval`:
+    /// on loop timers, so the demo too stays off the global executor.
+    static func start(core: isolated DaemonCore, interval: Duration = .seconds(15)) {
         do {
-            try await core.demoAction(.launch)
-            try await Task.sleep(for: .seconds(3))
-            try await core.demoAction(.background)
-            var tick = 1
-            while !Task.isCancelled {
-                try await Task.sleep(for: interval)
-                try await core.demoWake(tick)
-                tick += 1
-            }
-        } catch is CancellationError {
+            try core.demoAction(.launch)
         } catch {
             core.logger.error("demo stopped: \(error)")
+            return
+        }
+        core.demoTimer = core.loop.schedule(after: .seconds(3)) { [unowned core] in
+            core.assumeIsolated { core in
+                do {
+                    try core.demoAction(.background)
+                } catch {
+                    core.logger.error("demo stopped: \(error)")
+                    core.demoTimer = nil
+                    return
+                }
+                scheduleWake(core: core, tick: 1, interval: interval)
+            }
+        }
+    }
+
+    private static func scheduleWake(core: isolated DaemonCore, tick: Int, interval: Duration) {
+        core.demoTimer = core.loop.schedule(after: interval) { [unowned core] in
+            core.assumeIsolated { core in
+                do {
+                    try core.demoWake(tick)
+                } catch {
+                    core.logger.error("demo stopped: \(error)")
+                    core.demoTimer = nil
+                    return
+                }
+                scheduleWake(core: core, tick: tick + 1, interval: interval)
+            }
         }
     }
 }

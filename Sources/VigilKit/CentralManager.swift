@@ -53,7 +53,10 @@ public final class CentralManager: Sendable {
     ///
     /// Each event is acknowledged once the loop asks for the next one (or the
     /// manager is released): an app that dies, or is frozen and killed, while
-    /// handling one gets it again at its next launch. An event held and not
+    /// handling one gets it again at its next launch. The daemon batches the
+    /// values of fast notifiers while the app is busy: such an event yields
+    /// one `valueUpdated` per value, in order, and is acknowledged after the
+    /// last (a process that dies in the middle gets the whole batch again). An event held and not
     /// finished holds back the acknowledgement of every later event of the
     /// app, so keep iterating. Cancelling the iterating task ends the stream.
     public let events: AsyncStream<CentralEvent>
@@ -158,6 +161,15 @@ public enum CentralEvent: Sendable, Equatable {
             self = .disconnected(peripheral, reason: reason, willReconnect: willReconnect)
         case let .notification(path): self = .valueUpdated(path, payload)
         }
+    }
+
+    /// What a manager yields for one event, in order: a `ble.notification`
+    /// carries one value or, framed, a batch (`NotificationValues`): one
+    /// `valueUpdated` each. Nil for a notification whose body cannot be read.
+    static func elements(_ content: BluetoothEventContent, _ event: AppEvent) -> [CentralEvent]? {
+        guard case let .notification(path) = content else { return [CentralEvent(content, payload: event.payload)] }
+        guard let values = try? NotificationValues.decode(event.payload, attributes: event.attributes, path: path) else { return nil }
+        return values.map { .valueUpdated($0.path, $0.value) }
     }
 }
 

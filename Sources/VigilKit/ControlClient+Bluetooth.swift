@@ -58,8 +58,9 @@ extension ControlClient {
         _ = try await connection.request(WriteCharacteristic(path, withResponse: withResponse), body: value, expecting: Done.self)
     }
 
-    /// Subscribes to (or unsubscribes from) notifications; values come as `.valueUpdated`.
-    public func setNotifyValue(_ enabled: Bool, for path: CharacteristicPath, acquire: Bool = false) async throws {
-        _ = try await connection.request(SetNotify(path, enabled: enabled, acquire: acquire ? true : nil), expecting: Done.self)
+    /// Subscribes to (or unsubscribes from) notifications; values come as
+    /// `.valueUpdated`. `acquire` as in `Peripheral.setNotifyValue`.
+    public func setNotifyValue(_ enabled: Bool, for path: CharacteristicPath, acquire: Bool? = nil) async throws {
+        _ = try await connection.request(SetNotify(path, enabled: enabled, acquire: acquire), expecting: Done.self)
     }
 }

@@ -54,8 +54,9 @@ final class EventRouter: Sendable {
 
     /// A Bluetooth event by the manager(s) it is for.
     private enum BluetoothTarget {
-        /// A central-role kind other than `ble.state`.
-        case central(BluetoothEventContent)
+        /// A central-role kind other than `ble.state`: what the central manager
+        /// yields for it, in order (a `ble.notification` may carry several values).
+        case central([CentralEvent])
         case peripheral(PeripheralEventContent)
         /// `ble.state`: both managers.
         case state(BluetoothState)
@@ -153,7 +154,7 @@ final class EventRouter: Sendable {
 
     /// Where a Bluetooth event goes (made under the lock, yielded outside it).
     private enum BluetoothRoute {
-        case central(CentralContinuation, CentralEvent, consumer: AcknowledgementLedger.Consumer?)
+        case central(CentralContinuation, [CentralEvent], consumer: AcknowledgementLedger.Consumer?)
         case peripheral(PeripheralContinuation, PeripheralManagerEvent, consumer: AcknowledgementLedger.Consumer?)
         case dropped(acknowledge: UInt64?)
     }
@@ -167,7 +168,9 @@ final class EventRouter: Sendable {
         } else if BluetoothEventContent.isBluetoothKind(event.kind),
                   let content = (try? BluetoothEventContent(kind: event.kind, attributes: event.attributes)) ?? nil {
             if case let .state(bluetooth) = content { return receive(event, .state(bluetooth)) }
-            return receive(event, .central(content))
+            if let elements = CentralEvent.elements(content, event) {
+                return receive(event, .central(elements))
+            }
         }
         let content = (try? AccessoryEventContent(kind: event.kind, attributes: event.attributes)) ?? nil
         let route = state.withLock { state -> Route in
@@ -246,7 +249,7 @@ final class EventRouter: Sendable {
                     state.peripheral?.status.setState(bluetooth)
                 }
                 if let central = state.central {
-                    routes.append(.central(central.continuation, .stateChanged(bluetooth), consumer: consumer))
+                    routes.append(.central(central.continuation, [.stateChanged(bluetooth)], consumer: consumer))
                 }
                 if let peripheral = state.peripheral, owner == .peripheral || !event.redelivered {
                     routes.append(.peripheral(peripheral.continuation, .stateChanged(bluetooth), consumer: owner == .peripheral ? consumer : nil))
@@ -254,9 +257,9 @@ final class EventRouter: Sendable {
                 return routes
             }
             switch target {
-            case let .central(content):
+            case let .central(elements):
                 if let central = state.central {
-                    routes.append(.central(central.continuation, CentralEvent(content, payload: event.payload), consumer: consumer))
+                    routes.append(.central(central.continuation, elements, consumer: consumer))
                 }
             case let .peripheral(content):
                 if let peripheral = state.peripheral {
@@ -269,13 +272,21 @@ final class EventRouter: Sendable {
         }
         for route in routes {
             switch route {
-            case let .central(continuation, element, consumer):
-                continuation.yield(Delivery(element: element, token: consumer.map { token(event.seq, $0, 0) }))
+            case let .central(continuation, elements, consumer):
+                yield(elements, to: continuation, token: consumer.map { token(event.seq, $0, 0) })
             case let .peripheral(continuation, element, consumer):
                 continuation.yield(Delivery(element: element, token: consumer.map { token(event.seq, $0, 0) }))
             case let .dropped(seq):
                 acknowledge(seq)
             }
+        }
+    }
+
+    /// The elements of one event, in order: only the last carries the event's
+    /// token, so the event is acknowledged once the manager is done with all of them.
+    private func yield(_ elements: [CentralEvent], to continuation: CentralContinuation, token: AcknowledgementToken?) {
+        for (index, element) in elements.enumerated() {
+            continuation.yield(Delivery(element: element, token: index == elements.count - 1 ? token : nil))
         }
     }
 
@@ -364,13 +375,13 @@ final class EventRouter: Sendable {
             sink.continuation.yield(Delivery(element: .willRestoreState(restored), token: nil))
         }
         for (event, target) in outcome.taken.held {
-            let element: CentralEvent
+            let elements: [CentralEvent]
             switch target {
-            case let .central(content): element = CentralEvent(content, payload: event.payload)
-            case let .state(bluetooth): element = .stateChanged(bluetooth)
+            case let .central(held): elements = held
+            case let .state(bluetooth): elements = [.stateChanged(bluetooth)]
             case .peripheral: continue
             }
-            sink.continuation.yield(Delivery(element: element, token: token(event.seq, outcome.taken.consumer, 0)))
+            yield(elements, to: sink.continuation, token: token(event.seq, outcome.taken.consumer, 0))
         }
     }
 

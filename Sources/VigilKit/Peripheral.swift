@@ -46,11 +46,15 @@ public struct Peripheral: Sendable {
     /// the subscription across disconnects and app relaunches, and renews it on
     /// every reconnect; a subscription asked for while the peripheral is away is
     /// pending until it connects.
-    /// - Parameter acquire: use BlueZ's AcquireNotify (a socket: cheaper per
-    ///   value, for fast notifiers; a peripheral's first notifications after a
-    ///   connect can be lost) instead of StartNotify.
-    public func setNotifyValue(_ enabled: Bool, service: String, characteristic: String, acquire: Bool = false) async throws {
-        let request = SetNotify(path(service, characteristic), enabled: enabled, acquire: acquire ? true : nil)
+    /// - Parameter acquire: how the daemon subscribes at BlueZ. nil (the
+    ///   default): AcquireNotify where the characteristic allows it (a socket:
+    ///   cheaper per value and faster), else or if it fails StartNotify.
+    ///   `false`: StartNotify only, for a peripheral that notifies before its
+    ///   subscription is confirmed (AcquireNotify loses those first values,
+    ///   after every connect). `true`: AcquireNotify (StartNotify if it fails).
+    ///   See docs/bluetooth.md, "Notifications".
+    public func setNotifyValue(_ enabled: Bool, service: String, characteristic: String, acquire: Bool? = nil) async throws {
+        let request = SetNotify(path(service, characteristic), enabled: enabled, acquire: acquire)
         _ = try await application.session.request(request, expecting: Done.self)
     }
 

@@ -263,8 +263,10 @@ public struct WriteCharacteristic: Message, Equatable {
 
 /// Request: subscribe to (or unsubscribe from) notifications. The daemon keeps
 /// the subscription across disconnects and restores it after each reconnect.
-/// `acquire`: use BlueZ's AcquireNotify (a socket, cheaper per value, but a
-/// peripheral's very first notifications can be lost) instead of StartNotify.
+/// `acquire`: absent, BlueZ's AcquireNotify where the characteristic allows it
+/// (a socket: cheaper per value), else or if it fails StartNotify; `false`,
+/// StartNotify only (a peripheral that notifies before its subscription is
+/// confirmed loses those values with AcquireNotify); `true`, AcquireNotify.
 /// Reply: `Done` once notifications are on (or the request is pending while
 /// the peripheral is not connected).
 public struct SetNotify: Message, Equatable {
@@ -309,6 +311,7 @@ public enum BluetoothEventKind {
     /// daemon does it for them).
     public static let disconnected = "ble.disconnected"
     /// A value from a subscribed characteristic: `peripheral`, `service`,
-    /// `characteristic`; the value in the body.
+    /// `characteristic`; the value in the body. To apps, with `framing`, a
+    /// batch of values (`NotificationValues`).
     public static let notification = "ble.notification"
 }

@@ -103,6 +103,9 @@ public enum MessageCodec {
 
     /// Encodes `message` (plus `id` when given) as one frame.
     public static func frame<M: Message>(_ message: M, id: Int? = nil, body: [UInt8] = []) -> Frame {
+        if let event = message as? EventMessage, let header = EventHeaderWriter.header(event, id: id) {
+            return Frame(header: header, body: body)
+        }
         do {
             let header = try encoder.encode(Typed(message: message, id: id))
             return Frame(header: Array(header), body: body)

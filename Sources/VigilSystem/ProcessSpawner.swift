@@ -41,10 +41,21 @@ public enum ProcessSpawner {
             cgroup_procs_fd: cgroupProcs ?? -1,
             stdin_fd: request.input ?? null,
             output_fd: request.output ?? null,
-            new_session: request.newSession ? 1 : 0)
+            new_session: request.newSession ? 1 : 0,
+            change_credentials: request.credentials == nil ? 0 : 1,
+            uid: request.credentials?.uid ?? 0,
+            gid: request.credentials?.gid ?? 0,
+            groups: nil,
+            group_count: Int32(request.credentials?.groups.count ?? 0))
         var pid: pid_t = 0
         var failedStep = VIGIL_SPAWN_PREPARE
-        let error = withExtendedLifetime(strings) { vigil_spawn(&spawn, &pid, &failedStep) }
+        let groups = request.credentials?.groups ?? []
+        let error = withExtendedLifetime(strings) {
+            groups.withUnsafeBufferPointer { groups in
+                spawn.groups = groups.baseAddress
+                return vigil_spawn(&spawn, &pid, &failedStep)
+            }
+        }
         guard error == 0 else {
             throw SpawnError(name: request.name, failed: failedStep, request: request,
                              executable: executable, errno: Errno(rawValue: error))

@@ -15,6 +15,8 @@ public struct SpawnError: Error, Sendable, Hashable, CustomStringConvertible {
         case fileDescriptors
         case workingDirectory
         case exec
+        /// setgroups, setgid or setuid to the app's user.
+        case credentials
     }
 
     /// The app's name, from `SpawnRequest.name`.
@@ -41,6 +43,7 @@ public struct SpawnError: Error, Sendable, Hashable, CustomStringConvertible {
         case .fileDescriptors: "cannot close inherited file descriptors: \(errno)"
         case .workingDirectory: "cannot change directory to \(path ?? "?"): \(errno)"
         case .exec: "\(path ?? "?"): \(errno)"
+        case .credentials: "cannot become \(path ?? "its user"): \(errno)"
         }
         return "cannot start \(name): \(what)"
     }
@@ -54,6 +57,8 @@ public struct SpawnError: Error, Sendable, Hashable, CustomStringConvertible {
         case VIGIL_SPAWN_FILE_DESCRIPTORS: (.fileDescriptors, nil)
         case VIGIL_SPAWN_WORKING_DIRECTORY: (.workingDirectory, request.workingDirectory)
         case VIGIL_SPAWN_EXEC: (.exec, executable)
+        case VIGIL_SPAWN_CREDENTIALS:
+            (.credentials, request.credentials.map { "uid \($0.uid) gid \($0.gid) groups \($0.groups.map(String.init))" })
         default: (.prepare, step == VIGIL_SPAWN_FORK ? "fork" : nil)
         }
         self.init(name: name, step: kind, path: path, errno: errno)

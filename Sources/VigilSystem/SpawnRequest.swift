@@ -1,5 +1,20 @@
 import Glibc
 
+/// Who a spawned process runs as: the child sets its supplementary groups,
+/// then its gid, then its uid (real, effective and saved) before exec.
+public struct SpawnCredentials: Sendable, Hashable {
+    public var uid: uid_t
+    public var gid: gid_t
+    /// The supplementary groups; empty leaves the process in its primary group only.
+    public var groups: [gid_t]
+
+    public init(uid: uid_t, gid: gid_t, groups: [gid_t] = []) {
+        self.uid = uid
+        self.gid = gid
+        self.groups = groups
+    }
+}
+
 /// What to start and where: the input to `ProcessSpawner.spawn`.
 public struct SpawnRequest: Sendable, Hashable {
     /// A path (used as is; relative to `workingDirectory` if one is given),
@@ -22,6 +37,10 @@ public struct SpawnRequest: Sendable, Hashable {
     public var newSession: Bool
     /// What error messages call the app; defaults to the executable's file name.
     public var name: String
+    /// The user and groups to run as; nil keeps the daemon's. Dropped after
+    /// the cgroup is joined and the output wired (both need the daemon's
+    /// rights) and before the working directory is entered.
+    public var credentials: SpawnCredentials?
 
     public init(
         executable: String,
@@ -32,7 +51,8 @@ public struct SpawnRequest: Sendable, Hashable {
         output: Int32? = nil,
         input: Int32? = nil,
         newSession: Bool = false,
-        name: String? = nil
+        name: String? = nil,
+        credentials: SpawnCredentials? = nil
     ) {
         self.executable = executable
         self.arguments = arguments
@@ -43,6 +63,7 @@ public struct SpawnRequest: Sendable, Hashable {
         self.input = input
         self.newSession = newSession
         self.name = name ?? String(executable.split(separator: "/").last ?? Substring(executable))
+        self.credentials = credentials
     }
 
     /// The daemon's own environment, for requests that should inherit it.

@@ -103,13 +103,26 @@ public final class UnixStream: Sendable {
         try Array(bytes).withUnsafeBytes { try writeAll($0) }
     }
 
-    /// The connecting process's pid, uid and gid (SO_PEERCRED).
+    /// The connecting process's pid, uid and gid (SO_PEERCRED) and its groups (SO_PEERGROUPS).
     public func peerCredentials() throws -> PeerCredentials {
         var credentials = PeerCredentials(pid: 0, uid: 0, gid: 0)
         try check("getsockopt(SO_PEERCRED)") {
             vigil_peer_credentials(fd, &credentials.pid, &credentials.uid, &credentials.gid)
         }
+        // Kernels before 4.13 lack SO_PEERGROUPS: then only the primary gid counts (fails closed).
+        credentials.groups = (try? peerGroups()) ?? []
         return credentials
+    }
+
+    /// The peer's supplementary groups (SO_PEERGROUPS), as the kernel saw them at connect time.
+    public func peerGroups() throws(SystemError) -> [gid_t] {
+        var capacity = 64
+        while true {
+            var groups = [gid_t](repeating: 0, count: capacity)
+            let count = try check("getsockopt(SO_PEERGROUPS)") { vigil_peer_groups(fd, &groups, Int32(capacity)) }
+            if Int(count) <= capacity { return Array(groups.prefix(Int(count))) }
+            capacity = Int(count)
+        }
     }
 
     public enum ShutdownDirection: Sendable {

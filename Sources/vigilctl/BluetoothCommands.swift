@@ -223,8 +223,15 @@ struct BleNotify: AsyncParsableCommand {
     @Argument(help: "The service's UUID, e.g. 180d.") var service: String
     @Argument(help: "The characteristic's UUID, e.g. 2a37.") var characteristic: String
 
-    @Flag(help: "Use BlueZ's AcquireNotify (a socket) instead of StartNotify.")
+    @Flag(help: "Use BlueZ's AcquireNotify (a socket), StartNotify only if it fails (the daemon's default where the characteristic allows it).")
     var acquire = false
+
+    @Flag(help: "Use BlueZ's StartNotify only: for a peripheral that notifies before its subscription is confirmed (AcquireNotify loses those values).")
+    var startNotify = false
+
+    func validate() throws {
+        if acquire && startNotify { throw ValidationError("--acquire and --start-notify exclude each other") }
+    }
 
     @Option(help: "Stop after this many values.")
     var count: Int?
@@ -238,7 +245,7 @@ struct BleNotify: AsyncParsableCommand {
         let (json, address, service, characteristic, count) = (options.json, address, service, characteristic, count)
         let lost = try await withConnection(client, address, link) {
             let events = client.bluetoothEvents()
-            try await client.setNotifyValue(true, for: path, acquire: acquire)
+            try await client.setNotifyValue(true, for: path, acquire: acquire ? true : startNotify ? false : nil)
             note("subscribed to \(GATTUUID.short(characteristic)) of \(address); Ctrl-C ends")
             let outcome = await race(timeout) { () -> Bool in
                 var received = 0

@@ -1,16 +1,19 @@
 import ArgumentParser
 import Foundation
 import Logging
-import ServiceLifecycle
 import VigilDaemon
 import VigilLifecycle
 import VigilSystem
 
+// A synchronous entry point: an async main would park the main thread in
+// libdispatch and run on the global executor, whose worker pool wakes the
+// process every second. VigilDaemonService.run says why vigild stays off it.
 @main
-struct Vigild: AsyncParsableCommand {
+struct Vigild: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "vigild",
-        abstract: "Keeps accessory and Bluetooth apps' sessions open while they are suspended, and wakes them.")
+        abstract: "Keeps accessory and Bluetooth apps' sessions open while they are suspended, and wakes them.",
+        discussion: "SIGTERM or SIGINT stops vigild gracefully (see --on-stop); SIGHUP reloads the manifests, as `vigilctl reload` does.")
 
     @Flag(help: "Run as the system daemon (socket under /run/vigil, config /etc/vigil/vigild.toml).")
     var system = false
@@ -37,7 +40,7 @@ struct Vigild: AsyncParsableCommand {
     @Flag(help: .hidden)
     var fdKeeper = false
 
-    func run() async throws {
+    func run() throws {
         if fdKeeper { FileDescriptorKeeper.serve() }
         let environment = ProcessInfo.processInfo.environment
         LoggingSystem.bootstrap { label in
@@ -68,9 +71,7 @@ struct Vigild: AsyncParsableCommand {
                 ? [(try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? "/proc/self/exe", "--fd-keeper"]
                 : nil,
             logger: logger)
-        let group = ServiceGroup(
-            configuration: .init(services: [.init(service: service)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
-        try await group.run()
+        try service.run()
     }
 
     private func defaultSocket(_ environment: [String: String]) -> String? {

@@ -98,6 +98,46 @@ struct CentralManagerTests {
         app.disconnect()
     }
 
+    @Test("a batched notification yields each value in order and is acknowledged once, after the last; a malformed batch goes to Application.events")
+    func batchedNotification() async throws {
+        let fake = try FakeDaemon()
+        defer { fake.stop() }
+        fake.respond { $0.type == RegisterCentral.type ? Self.registered(.poweredOn) : nil }
+        let app = try await Application.connect(socketPath: fake.path)
+        let central = try await CentralManager(application: app)
+        var events = central.events.makeAsyncIterator()
+        var appEvents = app.events.makeAsyncIterator()
+        let battery = CharacteristicPath(
+            peripheral: Self.strap, service: "0000180f-0000-1000-8000-00805f9b34fb", characteristic: "00002a19-0000-1000-8000-00805f9b34fb")
+
+        var body: [UInt8] = []
+        NotificationValues.append([0x06, 60], of: Self.heartRate, in: Self.heartRate, to: &body)
+        NotificationValues.append([99], of: battery, in: Self.heartRate, to: &body)
+        NotificationValues.append([0x06, 61], of: Self.heartRate, in: Self.heartRate, to: &body)
+        fake.event(1, BluetoothEventKind.notification, NotificationValues.attributes(of: Self.heartRate), body: body)
+        fake.event(2, BluetoothEventKind.notification, BluetoothEventContent.notification(Self.heartRate).attributes, body: [0x06, 62])
+        fake.event(3, BluetoothEventKind.notification, NotificationValues.attributes(of: Self.heartRate), body: [9, 0, 1])
+
+        #expect(await events.next() == .valueUpdated(Self.heartRate, [0x06, 60]))
+        #expect(await events.next() == .valueUpdated(battery, [99]))
+        // Two of the event's three values handed out (and the first two finished): not acknowledged.
+        #expect(await events.next() == .valueUpdated(Self.heartRate, [0x06, 61]))
+        try await Task.sleep(for: .milliseconds(150))
+        #expect(fake.acks.isEmpty)
+        // An unframed event (an older daemon's) is one value; asking for it finishes the batch.
+        #expect(await events.next() == .valueUpdated(Self.heartRate, [0x06, 62]))
+        try await fake.waitFor("ack 1") { _ in fake.acks == [1] }
+        guard case let .event(malformed)? = await appEvents.next() else {
+            Issue.record("Application.events ended")
+            return
+        }
+        #expect(malformed.seq == 3 && malformed.kind == BluetoothEventKind.notification)
+        app.acknowledge(malformed)
+        try await Task.sleep(for: .milliseconds(150))
+        #expect(fake.acks == [1], "2 is still held by the central's loop")
+        app.disconnect()
+    }
+
     @Test("requests carry what was asked; values travel in bodies; errors keep their code")
     func requests() async throws {
         let fake = try FakeDaemon()
@@ -138,6 +178,11 @@ struct CentralManagerTests {
         try await strap.setNotifyValue(true, service: "180d", characteristic: "2a37", acquire: true)
         let notify = try #require(fake.received(SetNotify.type).last).decode(SetNotify.self)
         #expect(notify.enabled && notify.acquire == true && notify.characteristic == "2a37")
+        // The default leaves the choice to the daemon: no `acquire` member at all.
+        try await strap.setNotifyValue(true, service: "180d", characteristic: "2a37")
+        let byDefault = try #require(fake.received(SetNotify.type).last)
+        #expect(try byDefault.decode(SetNotify.self).acquire == nil)
+        #expect(!String(decoding: byDefault.frame.header, as: UTF8.self).contains("acquire"))
 
         do {
             _ = try await strap.discoverServices()

@@ -300,4 +300,23 @@ struct DaemonConfigTests {
         #expect(config.stateDirectory == dir + "/st")
         #expect(config.timings.exitGrace == 2)
     }
+
+    @Test func controlAndMonitorGroups() throws {
+        #expect(defaults.systemMode && defaults.controlGroup == .name("vigil") && defaults.monitorGroup == nil)
+        let user = DaemonConfig(system: false, environment: ["HOME": "/home/u"])
+        #expect(!user.systemMode && user.controlGroup == nil)
+
+        let config = try DaemonConfig.parse("control-group = \"operators\"\nmonitor-group = 4242\n", file: file, defaults: defaults)
+        #expect(config.controlGroup == .name("operators"))
+        #expect(config.monitorGroup == .id(4242))
+        #expect(config.systemMode)
+        let none = try DaemonConfig.parse("control-group = \"\"\n", file: file, defaults: defaults)
+        #expect(none.controlGroup == nil)
+
+        let bad = try #require(configProblem("monitor-group = \"a:b\""))
+        #expect(bad.field == "monitor-group")
+        #expect(bad.message.contains("not a user or group name"))
+        #expect(configProblem("control-group = true")?.field == "control-group")
+        #expect(configProblem("control-group = -3")?.message.contains("out of range") == true)
+    }
 }

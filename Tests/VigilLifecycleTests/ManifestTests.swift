@@ -229,3 +229,174 @@ struct ManifestLoaderTests {
         #expect(result.manifests["org.example.app"]?.path == user + "/my-app.toml")
     }
 }
+
+@Suite("Manifest users and groups")
+struct ManifestAccountTests {
+    @Test func userGroupAndSupplementaryGroupsParseByNameOrId() throws {
+        let manifest = try AppManifest.parse(
+            manifestText("org.example.a") + "user = \"logger\"\ngroup = 1001\nsupplementary-groups = [\"plugdev\", 20, \"4242\"]\n",
+            file: file)
+        #expect(manifest.user == .name("logger"))
+        #expect(manifest.group == .id(1001))
+        #expect(manifest.supplementaryGroups == [.name("plugdev"), .id(20), .id(4242)])
+        #expect(!manifest.rootOwned)  // only the loader says so
+
+        let plain = try AppManifest.parse(manifestText("org.example.b"), file: file)
+        #expect(plain.user == nil && plain.group == nil && plain.supplementaryGroups.isEmpty)
+    }
+
+    @Test func onlyRootWrittenOutIsLiterallyRoot() {
+        #expect(AccountReference.name("root").isLiterallyRoot)
+        #expect(AccountReference.id(0).isLiterallyRoot)
+        #expect(!AccountReference.name("toor").isLiterallyRoot)
+        #expect(!AccountReference.id(1).isLiterallyRoot)
+    }
+
+    @Test(arguments: [
+        ("user = \"\"", "user", "must not be empty"),
+        ("user = -1", "user", "-1 is out of range"),
+        ("user = 4294967295", "user", "4294967295 is out of range"),
+        ("user = \"99999999999\"", "user", "is out of range"),
+        ("user = \"a:b\"", "user", "is not a user or group name"),
+        ("user = \"a b\"", "user", "is not a user or group name"),
+        ("user = \"../etc\"", "user", "is not a user or group name"),
+        ("user = \"-x\"", "user", "is not a user or group name"),
+        ("user = true", "user", "must be a name (string) or a numeric id, not a boolean"),
+        ("group = 1.5", "group", "not a float"),
+        ("supplementary-groups = \"plugdev\"", "supplementary-groups", "must be an array"),
+        ("supplementary-groups = [\"ok\", \"\"]", "supplementary-groups[1]", "must not be empty"),
+    ])
+    func badAccountsNameTheField(line: String, field: String, message: String) throws {
+        let problem = try #require(parseProblem(manifestText("org.example.a") + line + "\n"))
+        #expect(problem.field == field)
+        #expect(problem.message.contains(message), "\(problem)")
+    }
+
+    @Test func tooManySupplementaryGroupsAreRefused() throws {
+        let groups = (0...AppManifest.maximumSupplementaryGroups).map { "\($0 + 100)" }.joined(separator: ", ")
+        let problem = try #require(parseProblem(manifestText("org.example.a") + "supplementary-groups = [\(groups)]\n"))
+        #expect(problem.field == "supplementary-groups")
+    }
+}
+
+@Suite("Manifest policy")
+struct ManifestPolicyTests {
+    let system = ManifestPolicy(systemMode: true, trustedOwners: [0], daemonUID: 0, daemonUserName: "root")
+    let perUser = ManifestPolicy(systemMode: false, trustedOwners: [0, 1000], daemonUID: 1000, daemonUserName: "alice")
+
+    func problem(_ policy: ManifestPolicy, _ manifest: AppManifest) -> ManifestProblem? {
+        do {
+            try policy.validate(manifest)
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    @Test func systemDaemonRequiresUser() throws {
+        let missing = try #require(problem(system, AppManifest(id: "org.example.a", exec: ["/bin/x"], path: file)))
+        #expect(missing.field == "user")
+        #expect(missing.message.contains("add user = \"NAME\""))
+        #expect(problem(system, AppManifest(id: "org.example.a", exec: ["/bin/x"], user: .name("logger"), path: file)) == nil)
+    }
+
+    @Test func rootNeedsARootOnlyManifest() throws {
+        var manifest = AppManifest(id: "org.example.a", exec: ["/bin/x"], user: .name("root"), path: file)
+        let refused = try #require(problem(system, manifest))
+        #expect(refused.field == "user")
+        #expect(refused.message.contains("owned by root"))
+        manifest.rootOwned = true
+        #expect(problem(system, manifest) == nil)
+
+        var group = AppManifest(id: "org.example.a", exec: ["/bin/x"], user: .name("logger"), group: .id(0), path: file)
+        #expect(problem(system, group)?.field == "group")
+        group.group = nil
+        group.supplementaryGroups = [.name("plugdev"), .name("root")]
+        #expect(problem(system, group)?.field == "supplementary-groups[1]")
+        group.rootOwned = true
+        #expect(problem(system, group) == nil)
+    }
+
+    @Test func perUserDaemonRunsAppsAsItsOwnUserOnly() throws {
+        #expect(problem(perUser, AppManifest(id: "org.example.a", exec: ["/bin/x"], path: file)) == nil)
+        #expect(problem(perUser, AppManifest(id: "org.example.a", exec: ["/bin/x"], user: .name("alice"), path: file)) == nil)
+        #expect(problem(perUser, AppManifest(id: "org.example.a", exec: ["/bin/x"], user: .id(1000), path: file)) == nil)
+        let other = try #require(problem(perUser, AppManifest(id: "org.example.a", exec: ["/bin/x"], user: .name("bob"), path: file)))
+        #expect(other.field == "user")
+        #expect(other.message.contains("vigild --system"))
+    }
+}
+
+/// Ownership and modes of manifest folders and files (run as root or not:
+/// the test's own files are owned by its user, which the policy trusts).
+@Suite("Manifest files' ownership and modes")
+struct ManifestFileSafetyTests {
+    let policy = ManifestPolicy.perUser
+
+    @Test func safeFolderLoadsAndOthersWritableFilesAreRefused() throws {
+        let dir = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        #expect(chmod(dir, 0o755) == 0)
+        try write(manifestText("org.example.good"), to: dir + "/good.toml")
+        try write(manifestText("org.example.open"), to: dir + "/open.toml")
+        #expect(chmod(dir + "/good.toml", 0o644) == 0)
+        #expect(chmod(dir + "/open.toml", 0o666) == 0)
+        try write(manifestText("org.example.group"), to: dir + "/group.toml")
+        #expect(chmod(dir + "/group.toml", 0o664) == 0)
+
+        let result = ManifestLoader.load(directories: [dir], policy: policy)
+        #expect(Array(result.manifests.keys) == ["org.example.good"])
+        let messages = Dictionary(uniqueKeysWithValues: result.problems.map { (($0.file as NSString).lastPathComponent, $0.message) })
+        #expect(messages["open.toml"]?.contains("writable by others (mode 0666)") == true, "\(messages)")
+        #expect(messages["group.toml"]?.contains("writable by its group") == true, "\(messages)")
+        #expect(result.manifests["org.example.good"]?.rootOwned == (geteuid() == 0))
+    }
+
+    @Test func unsafeFolderRefusesAllItsManifests() throws {
+        let dir = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try write(manifestText("org.example.a"), to: dir + "/a.toml")
+        #expect(chmod(dir, 0o777) == 0)
+        let result = ManifestLoader.load(directories: [dir], policy: policy)
+        #expect(result.manifests.isEmpty)
+        #expect(result.problems.count == 1)
+        #expect(result.problems.first?.file == dir)
+        #expect(result.problems.first?.message.contains("is writable by others (mode 0777)") == true, "\(result.problems)")
+    }
+
+    /// /tmp is root's and sticky: nobody else can replace what is in it.
+    @Test func stickyRootFolderAboveIsSafeButNotAsTheManifestFolder() throws {
+        let dir = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try FileManager.default.createDirectory(atPath: dir + "/sticky", withIntermediateDirectories: false)
+        try write(manifestText("org.example.a"), to: dir + "/sticky/a.toml")
+        #expect(chmod(dir + "/sticky", 0o1777) == 0)
+        let result = ManifestLoader.load(directories: [dir + "/sticky"], policy: policy)
+        #expect(result.manifests.isEmpty)
+        #expect(result.problems.first?.message.contains("writable by others") == true, "\(result.problems)")
+    }
+
+    @Test func untrustedOwnerIsRefused() throws {
+        let dir = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try write(manifestText("org.example.a"), to: dir + "/a.toml")
+        let stranger = ManifestPolicy(systemMode: false, trustedOwners: [4_000_000], daemonUID: 4_000_000, daemonUserName: nil)
+        let result = ManifestLoader.load(directories: [dir], policy: stranger)
+        #expect(result.manifests.isEmpty)
+        #expect(result.problems.first?.message.contains("is owned by uid") == true, "\(result.problems)")
+    }
+
+    @Test func privateGroupWriteIsHarmlessWhenThePolicySaysSo() throws {
+        let dir = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        #expect(chmod(dir, 0o775) == 0)
+        try write(manifestText("org.example.a"), to: dir + "/a.toml")
+        #expect(chmod(dir + "/a.toml", 0o664) == 0)
+        var info = stat()
+        #expect(stat(dir, &info) == 0)
+        var lenient = policy
+        lenient.harmlessGroups = [info.st_gid]
+        #expect(ManifestLoader.load(directories: [dir], policy: lenient).manifests.keys.sorted() == ["org.example.a"])
+        #expect(ManifestLoader.load(directories: [dir], policy: policy).manifests.isEmpty)
+    }
+}

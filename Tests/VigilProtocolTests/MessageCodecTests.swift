@@ -31,6 +31,33 @@ struct MessageCodecTests {
         #expect(object["message"] == nil || message is ProtocolError, "no nesting under a wrapper key")
     }
 
+    @Test("an event's header is written as JSONEncoder wrote it (sorted keys, no escaped slashes), byte for byte")
+    func eventHeaderFastPath() throws {
+        let attributes: [[String: JSONValue]] = [
+            [:],
+            ["peripheral": "C0:DE:00:00:00:01", "service": "0000180d-0000-1000-8000-00805f9b34fb", "framing": "u16le"],
+            ["n": 1, "half": .number(0.5), "negative": -3, "big": 123_456_789_012, "huge": .number(1e20), "tiny": .number(0.00001),
+             "ok": true, "none": .null],
+            ["text": "a \"quoted\" \\ back/slash\n\t\u{01}\u{1F} é ✓ 𝄞", "Zed": "upper first", "nested": .object(["b": .array([1, "x", .null]), "a": .object([:])])],
+        ]
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        for (index, attributes) in attributes.enumerated() {
+            for id in [nil, 7] as [Int?] {
+                let event = EventMessage(seq: UInt64(index) + 41, kind: "ble.notification", attributes: attributes, redelivered: index % 2 == 1)
+                var object: [String: JSONValue] = [
+                    "attributes": .object(attributes), "kind": .string(event.kind), "redelivered": .bool(event.redelivered),
+                    "seq": .number(Double(event.seq)), "type": "event",
+                ]
+                if let id { object["id"] = .number(Double(id)) }
+                let expected = String(decoding: try encoder.encode(JSONValue.object(object)), as: UTF8.self)
+                let frame = MessageCodec.frame(event, id: id)
+                #expect(String(decoding: frame.header, as: UTF8.self) == expected)
+                #expect(try IncomingMessage(frame: frame).decode(EventMessage.self) == event)
+            }
+        }
+    }
+
     @Test("without an id the header has no id member")
     func noID() throws {
         let object = try headerObject(MessageCodec.frame(Acknowledge(seq: 4)))

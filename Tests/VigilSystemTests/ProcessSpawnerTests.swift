@@ -43,6 +43,39 @@ import VigilSystem
         }
     }
 
+    /// The child becomes the given user, groups first, before its working
+    /// directory (entered as that user) and exec; it cannot get root back.
+    @Test(.enabled(if: geteuid() == 0, "needs root to change user"))
+    func credentialsAreDroppedBeforeExec() async throws {
+        try await withTemporaryDirectory { directory in
+            #expect(chmod(directory, 0o755) == 0)
+            let log = directory + "/out.log"
+            let fd = open(log, O_CREAT | O_WRONLY | O_CLOEXEC, 0o600)
+            defer { close(fd) }
+            let process = try ProcessSpawner.spawn(SpawnRequest(
+                executable: "/bin/sh",
+                arguments: ["-c", "echo $(id -u) $(id -g) $(id -G) $(pwd); grep -E '^(Uid|Gid):' /proc/self/status | tr -s '\t' ' '"],
+                workingDirectory: directory, output: fd,
+                credentials: SpawnCredentials(uid: 65534, gid: 65533, groups: [65532, 65531])))
+            defer { close(process.pidfd) }
+            #expect(waitForExit(process))
+            #expect(try ProcessControl.reap(process) == .exited(0))
+            #expect(contents(of: log) == "65534 65533 65533 65531 65532 \(directory)\nUid: 65534 65534 65534 65534\nGid: 65533 65533 65533 65533\n")
+        }
+    }
+
+    @Test(.enabled(if: geteuid() == 0, "needs root to change user"))
+    func aWorkingDirectoryTheUserCannotEnterFailsTheSpawn() async throws {
+        try await withTemporaryDirectory { directory in
+            #expect(chmod(directory, 0o700) == 0)
+            #expect(throws: SpawnError.self) {
+                try ProcessSpawner.spawn(SpawnRequest(
+                    executable: "/bin/true", workingDirectory: directory,
+                    credentials: SpawnCredentials(uid: 65534, gid: 65534)))
+            }
+        }
+    }
+
     @Test func environmentArgumentsAndWorkingDirectory() async throws {
         try await withTemporaryDirectory { directory in
             let log = directory + "/out.log"

@@ -16,7 +16,8 @@ import VigilSystem
             let client = try UnixStream.connect(path: path)
             let server = try #require(try listener.accept())
 
-            #expect(try server.peerCredentials() == PeerCredentials(pid: getpid(), uid: getuid(), gid: getgid()))
+            #expect(try server.peerCredentials() == PeerCredentials(
+                pid: getpid(), uid: getuid(), gid: getgid(), groups: ProcessCredentials.supplementaryGroups()))
             #expect(try client.peerCredentials().pid == getpid())
 
             try client.writeAll(Array("hello".utf8))

@@ -88,6 +88,14 @@ class BluetoothCentralTests(unittest.TestCase):
     def tearDown(self):
         for client in self.clients:
             client.close()
+        # vigild never runs on Swift's global executor (issue 12: libdispatch's
+        # pool would wake it every second): it has its own two threads only.
+        if self.daemon.poll() is None:
+            names = sorted(open(f"/proc/{self.daemon.pid}/task/{tid}/comm").read().strip()
+                           for tid in os.listdir(f"/proc/{self.daemon.pid}/task"))
+            extra = [name for name in names if name not in ("vigild", "vigild-loop")]
+        else:
+            extra = []
         self.daemon.terminate()
         try:
             self.daemon.wait(timeout=10)
@@ -108,6 +116,7 @@ class BluetoothCentralTests(unittest.TestCase):
             os.rmdir(self.cgroup_root)
         self.mock.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+        self.assertEqual(extra, [], "vigild threads other than its own (libdispatch: the global executor was used)")
 
     # Helpers
 
@@ -400,6 +409,130 @@ class BluetoothCentralTests(unittest.TestCase):
         for bpm in (80, 81, 82):
             self.heart_rate(bpm)
         self.assertEqual([self.measurement(self.push(c, "ble.notification"))[0] for _ in range(3)], [80, 81, 82])
+
+    # Notifications by default, fallbacks, and batches to apps
+
+    def burst(self, first, count, chunk=20):
+        """`count` measurements numbered first.. (in the RR field), back to back in chunks of
+        `chunk`, 2 ms apart: an AcquireNotify socket holds ~270 unread values, then BlueZ (and
+        the mock) drop them, and a debug vigild taking a batch of hundreds can be that slow."""
+        dbus = self.dbus
+        char = f"{self.hrm}/service000a/char000b"
+        for start in range(first, first + count, chunk):
+            values = [dbus.Array([0x16, 60, n & 0xFF, n >> 8], signature="y") for n in range(start, min(first + count, start + chunk))]
+            self.mock.control.NotifyMany(char, dbus.Array(values, signature="ay"))
+            time.sleep(0.002)
+
+    def app_values(self):
+        """(seq, RR number) of every ble.notification value the app recorded, in record order."""
+        out = []
+        for r in self.records():
+            if r.get("eventKind") == "ble.notification":
+                value = bytes.fromhex(r["payloadHex"])
+                out.append((r["seq"], value[2] | value[3] << 8 if len(value) >= 4 else None))
+        return out
+
+    def test_notifications_use_acquire_notify_by_default_and_start_notify_when_asked(self):
+        c = self.control
+        c.request("ble.registerCentral")
+        c.request("ble.connect", peripheral=HRM)
+        self.push(c, "ble.connected")
+        c.request("ble.notify", peripheral=HRM, service=HRS, characteristic=HRM_MEASUREMENT, enabled=True)
+        self.wait_until(self.notifying, "notifications on at the mock")
+        self.assertEqual((len(self.calls("AcquireNotify")), len(self.calls("StartNotify"))), (1, 0))
+        # An empty value comes through the socket as a value (recv returns 0 for it, as at the end).
+        self.mock.control.Notify(f"{self.hrm}/service000a/char000b", self.dbus.Array([], signature="y"))
+        self.heart_rate(83)
+        self.assertEqual(self.push(c, "ble.notification").body, b"")
+        self.assertEqual(self.measurement(self.push(c, "ble.notification"))[0], 83)
+        # acquire: false is StartNotify (for a peripheral that notifies before the subscription is confirmed).
+        c.request("ble.notify", peripheral=HRM, service=HRS, characteristic=HRM_MEASUREMENT, enabled=False)
+        self.wait_until(lambda: not self.notifying(), "notifications off")
+        c.request("ble.notify", peripheral=HRM, service=HRS, characteristic=HRM_MEASUREMENT, enabled=True, acquire=False)
+        self.wait_until(self.notifying, "StartNotify at the mock")
+        self.assertEqual((len(self.calls("AcquireNotify")), len(self.calls("StartNotify"))), (1, 1))
+        self.heart_rate(84)
+        self.assertEqual(self.measurement(self.push(c, "ble.notification"))[0], 84)
+
+    def test_a_stopping_vigild_hands_its_acquired_sockets_back_before_leaving_the_bus(self):
+        # bluetoothd 5.66 crashes when an acquired session's owner leaves the bus first (lab, 2026-11-25).
+        c = self.control
+        c.request("ble.registerCentral")
+        c.request("ble.connect", peripheral=HRM)
+        self.push(c, "ble.connected")
+        c.request("ble.notify", peripheral=HRM, service=HRS, characteristic=HRM_MEASUREMENT, enabled=True)
+        self.wait_until(self.notifying, "AcquireNotify at the mock")
+        self.daemon.terminate()
+        self.daemon.wait(timeout=15)
+        with open(f"{self.dir}/vigild.log") as log:
+            self.assertIn("handed back 1 AcquireNotify socket(s) before leaving the bus", log.read())
+        self.assertFalse(self.notifying())
+
+    def test_acquire_notify_refused_falls_back_to_start_notify(self):
+        # Another D-Bus client of BlueZ holds a StartNotify session: AcquireNotify is refused (InProgress).
+        c = self.control
+        c.request("ble.registerCentral")
+        c.request("ble.connect", peripheral=HRM)
+        self.push(c, "ble.connected")
+        characteristic = self.mock.bus.get_object("org.bluez", f"{self.hrm}/service000a/char000b")
+        characteristic.StartNotify(dbus_interface="org.bluez.GattCharacteristic1")
+        c.request("ble.notify", peripheral=HRM, service=HRS, characteristic=HRM_MEASUREMENT, enabled=True)
+        self.wait_until(lambda: len(self.calls("StartNotify")) == 2, "vigild's StartNotify after the refusal")
+        self.assertEqual(len(self.calls("AcquireNotify")), 1)
+        self.heart_rate(85)
+        self.assertEqual(self.measurement(self.push(c, "ble.notification"))[0], 85)
+        with open(f"{self.dir}/vigild.log") as log:
+            self.assertIn("using StartNotify", log.read())
+
+    def launch_app(self, *extra):
+        """Launches the test app with `extra` arguments added to its manifest's exec."""
+        if extra:
+            path = f"{self.dir}/apps/{APP}.toml"
+            with open(path) as manifest:
+                text = manifest.read()
+            with open(path, "w") as manifest:
+                manifest.write(text.replace('"--restore-id", "hrm"]', '"--restore-id", "hrm", ' + ", ".join(f'"{a}"' for a in extra) + "]"))
+            self.control.reload()
+        self.control.app_action("launch", APP)
+        self.wait_until(lambda: any(r["kind"] == "bleReady" for r in self.records()), "the app's central")
+        self.wait_until(self.notifying, "the app's subscription at the mock")
+
+    def test_a_burst_to_a_suspended_app_arrives_complete_in_order_and_batched(self):
+        self.launch_app()
+        self.assertEqual(len(self.calls("AcquireNotify")), 1, "the app's subscription is acquired by default")
+        self.control.app_action("background", APP)
+        self.wait_until(lambda: self.state() == "suspended", "suspension")
+        wakes_before = len([d for d in self.control.log(app=APP) if d["action"] == "wake"])
+        # 1200 values: more than the app's event queue holds (1000) were each its own event.
+        self.burst(1, 1200)
+        self.wait_until(lambda: len(self.app_values()) >= 1200, "1200 values in the app", timeout=60)
+        values = self.app_values()
+        self.assertEqual([n for _, n in values], list(range(1, 1201)), "complete, in order, each once")
+        events = sorted({seq for seq, _ in values})
+        self.assertLess(len(events), 1200 / 5, f"batched: {len(events)} events for 1200 values")
+        self.assertTrue(all(r["batch"] >= 1 for r in self.records() if r.get("eventKind") == "ble.notification"))
+        self.assertEqual(self.control.apps()[0]["droppedEvents"], 0)
+        wakes = len([d for d in self.control.log(app=APP) if d["action"] == "wake"]) - wakes_before
+        self.assertLessEqual(wakes, len(events), "at most a wake per event")
+
+    def test_a_burst_to_a_busy_app_with_start_notify_arrives_complete_in_order_and_batched(self):
+        # The app takes 20 ms per event: values gather while one is in flight.
+        self.launch_app("--ble-acquire", "false", "--ack-delay", "0.02")
+        self.assertEqual((len(self.calls("AcquireNotify")), len(self.calls("StartNotify"))), (0, 1))
+        self.burst(1, 600)
+        self.wait_until(lambda: len(self.app_values()) >= 600, "600 values in the app", timeout=60)
+        values = self.app_values()
+        self.assertEqual([n for _, n in values], list(range(1, 601)), "complete, in order, each once")
+        events = sorted({seq for seq, _ in values})
+        self.assertLess(len(events), 600 / 5, f"batched: {len(events)} events for 600 values")
+        # At a low rate every value is an event of its own, sent at once.
+        time.sleep(0.5)
+        for n in (601, 602):
+            self.burst(n, 1)
+            self.wait_until(lambda: self.app_values()[-1][1] == n, f"value {n}")
+            time.sleep(0.2)
+        tail = self.app_values()[-2:]
+        self.assertEqual(len({seq for seq, _ in tail}), 2, "one event per value at a low rate")
 
     def test_bad_requests_get_clear_errors(self):
         c = self.control

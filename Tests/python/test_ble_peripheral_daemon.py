@@ -75,6 +75,14 @@ class BluetoothPeripheralTests(unittest.TestCase):
 
     def tearDown(self):
         self.control.close()
+        # vigild never runs on Swift's global executor (issue 12: libdispatch's
+        # pool would wake it every second): it has its own two threads only.
+        if self.daemon.poll() is None:
+            names = sorted(open(f"/proc/{self.daemon.pid}/task/{tid}/comm").read().strip()
+                           for tid in os.listdir(f"/proc/{self.daemon.pid}/task"))
+            extra = [name for name in names if name not in ("vigild", "vigild-loop")]
+        else:
+            extra = []
         self.daemon.terminate()
         try:
             self.daemon.wait(timeout=10)
@@ -84,6 +92,7 @@ class BluetoothPeripheralTests(unittest.TestCase):
         self.daemon_log.close()
         self.mock.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+        self.assertEqual(extra, [], "vigild threads other than its own (libdispatch: the global executor was used)")
 
     def wait_until(self, condition, what, timeout=20):
         deadline = time.monotonic() + timeout

@@ -5,8 +5,11 @@
 
 It connects as an app, writes one JSON line per thing it receives to the file
 named by --record or $VIGIL_PY_RECORD (the body as hex, so binary payloads can
-be checked byte for byte), acknowledges each event and then says it has
-finished processing, so the daemon may suspend it at once.
+be checked byte for byte), acknowledges each event and then, in the
+background, says it has finished processing, so the daemon may suspend it at
+once. A `ble.notification`
+event gets one line per value it carries (`payloadHex` the value, `attributes`
+its characteristic, `batch` how many the event held), written at once.
 """
 
 import argparse
@@ -20,6 +23,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from vigil_client import AppClient, Event, Lifecycle, VigilError, monotonic_ns  # noqa: E402
 
 
+# finishedProcessing matters only in the background (in the foreground the
+# daemon never suspends the app): not sent there, it costs nothing per event.
+FOREGROUND = ("active", "inactive")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--record", default=os.environ.get("VIGIL_PY_RECORD"), help="JSON-lines file to append to")
@@ -28,12 +36,15 @@ def main():
                         help="register for accessory notifications and keep a session open with the "
                              "first accessory speaking this protocol (reopened when it is replugged)")
     parser.add_argument("--ack-delay", type=float, default=0.0, metavar="SECONDS",
-                        help="wait this long before acknowledging each session.data event: a slow consumer, "
-                             "so that the daemon's session buffer fills (back-pressure tests)")
+                        help="wait this long before acknowledging each session.data or ble.notification event: "
+                             "a slow consumer, so that the daemon's session buffer fills (back-pressure tests) "
+                             "or notifications gather into batches")
     parser.add_argument("--ble-peripheral", default=None, metavar="ADDRESS",
                         help="create a central manager, connect to this peripheral and stay connected")
     parser.add_argument("--ble-notify", action="append", default=[], metavar="SERVICE/CHARACTERISTIC",
                         help="subscribe to this characteristic of --ble-peripheral (repeatable)")
+    parser.add_argument("--ble-acquire", choices=["auto", "true", "false"], default="auto",
+                        help="ble.notify's acquire: auto (absent: AcquireNotify where possible), true or false (StartNotify)")
     parser.add_argument("--restore-id", default=None, help="the central or peripheral manager's restore identifier")
     parser.add_argument("--ble-serve", default=None, metavar="SERVICE_JSON",
                         help="publish this GATT service (ble.addService's `service`); answer reads of dynamic "
@@ -45,14 +56,17 @@ def main():
     options = parser.parse_args()
 
     def record(**fields):
-        fields.update(t=monotonic_ns(), pid=os.getpid())
-        line = json.dumps(fields, sort_keys=True)
-        print(line, flush=True)
+        record_all([fields])
+
+    def record_all(lines):
+        t = monotonic_ns()
+        text = "".join(json.dumps(dict(fields, t=t, pid=os.getpid()), sort_keys=True) + "\n" for fields in lines)
+        print(text, end="", flush=True)
         if options.record:
-            # One write per line on an O_APPEND descriptor: whole even if the app is frozen next.
+            # One write on an O_APPEND descriptor: whole even if the app is frozen next.
             descriptor = os.open(options.record, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             try:
-                os.write(descriptor, (line + "\n").encode())
+                os.write(descriptor, text.encode())
             finally:
                 os.close(descriptor)
 
@@ -82,10 +96,11 @@ def main():
             record(kind="centralRegistered", state=registered["state"], restored=restored)
             if restored is None:
                 app.request("ble.connect", peripheral=options.ble_peripheral)
+                acquire = {} if options.ble_acquire == "auto" else {"acquire": options.ble_acquire == "true"}
                 for path in options.ble_notify:
                     service, characteristic = path.split("/")
                     app.request("ble.notify", peripheral=options.ble_peripheral, service=service,
-                                characteristic=characteristic, enabled=True)
+                                characteristic=characteristic, enabled=True, **acquire)
             record(kind="bleReady")
         reads = 0
         if options.ble_serve:
@@ -105,6 +120,18 @@ def main():
                 record(kind="lifecycle", event=item.event, state=item.state)
                 if item.event == "willTerminate":
                     return 0
+            elif isinstance(item, Event) and item.kind == "ble.notification":
+                # The values and the end of their handling in one write: one line per value.
+                record_all([dict(kind="event", seq=item.seq, eventKind=item.kind, redelivered=item.redelivered,
+                                 attributes={"peripheral": v.peripheral, "service": v.service,
+                                             "characteristic": v.characteristic},
+                                 payloadHex=v.value.hex(), batch=len(item.values)) for v in item.values]
+                           + [dict(kind="finished", seq=item.seq)])
+                if options.ack_delay > 0:
+                    time.sleep(options.ack_delay)
+                app.ack(item.seq)
+                if app.state not in FOREGROUND:
+                    app.finished_processing()
             elif isinstance(item, Event):
                 record(kind="event", seq=item.seq, eventKind=item.kind, attributes=item.attributes,
                        payloadHex=item.payload.hex(), redelivered=item.redelivered)
@@ -132,7 +159,8 @@ def main():
                 app.ack(item.seq)
                 # Recorded first: with no task held the daemon freezes the app as soon as it replies.
                 record(kind="finished", seq=item.seq)
-                app.finished_processing()
+                if app.state not in FOREGROUND:
+                    app.finished_processing()
     record(kind="disconnected")
     return 0
 

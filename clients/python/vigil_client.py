@@ -397,13 +397,71 @@ class ControlClient(_Sessions, Connection):
 
 @dataclasses.dataclass
 class Event:
-    """An event from the app's queue; acknowledge it after handling it."""
+    """An event from the app's queue; acknowledge it after handling it.
+
+    `values`: for `ble.notification`, the notifications it carries, in order
+    (NotificationValue: peripheral, service, characteristic, value): one, or
+    a batch of a fast notifier's values gathered while the app was busy or
+    suspended (then `payload` is the framed body). Empty for other kinds."""
 
     seq: int
     kind: str
     attributes: dict
     payload: bytes
     redelivered: bool
+    values: list = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(frozen=True)
+class NotificationValue:
+    """One value of a subscribed characteristic (UUIDs in the daemon's full lowercase form)."""
+
+    peripheral: str
+    service: str
+    characteristic: str
+    value: bytes
+
+
+# A ble.notification record naming another characteristic than the event's.
+_OTHER_CHARACTERISTIC = 0xFFFF
+
+
+def notification_values(attributes, body):
+    """The values of a `ble.notification` event, in order (docs/protocol.md,
+    "Bluetooth LE: central"). Without `framing` the body is one value (events
+    queued by an older daemon); with `framing: "u16le"` it is records: u16
+    little-endian length n (< 0xFFFF) and n bytes, a value of the event's
+    characteristic; or 0xFFFF, u16 m, m bytes of UTF-8 "peripheral service
+    characteristic", then a value record of that characteristic."""
+    own = (attributes.get("peripheral"), attributes.get("service"), attributes.get("characteristic"))
+    framing = attributes.get("framing")
+    if framing is None:
+        return [NotificationValue(*own, bytes(body))]
+    if framing != "u16le":
+        raise VigilError("invalidArgument", f"ble.notification: unknown framing {framing!r}")
+    body = memoryview(body)
+    values, offset = [], 0
+
+    def take(count):
+        nonlocal offset
+        if len(body) - offset < count:
+            raise VigilError("invalidArgument", f"ble.notification: a record is cut short at byte {offset} of {len(body)}")
+        offset += count
+        return body[offset - count:offset]
+
+    while offset < len(body):
+        path = own
+        length = int.from_bytes(take(2), "little")
+        if length == _OTHER_CHARACTERISTIC:
+            parts = bytes(take(int.from_bytes(take(2), "little"))).decode().split(" ")
+            if len(parts) != 3 or not all(parts):
+                raise VigilError("invalidArgument", f"ble.notification: {' '.join(parts)!r} does not name a characteristic")
+            path = tuple(parts)
+            length = int.from_bytes(take(2), "little")
+            if length == _OTHER_CHARACTERISTIC:
+                raise VigilError("invalidArgument", "ble.notification: two characteristic records in a row")
+        values.append(NotificationValue(*path, bytes(take(length))))
+    return values
 
 
 class SessionLogs:
@@ -558,8 +616,9 @@ class AppClient(_Sessions, Connection):
         if kind == "event":
             attributes = message.get("attributes") or {}
             payload = self._session_logs.resolve(message["kind"], attributes, message.body)
+            values = notification_values(attributes, payload) if message["kind"] == "ble.notification" else []
             return Event(message["seq"], message["kind"], attributes, payload,
-                         bool(message.get("redelivered", False)))
+                         bool(message.get("redelivered", False)), values)
         if kind == "deadline":
             self.deadline = message.get("deadline")
         elif kind == "backgroundTaskExpiring":

@@ -12,11 +12,16 @@ Paths, each measured alone (one subscriber at a time), in this order:
   vigild control       a control-role client of vigild (ble.notify), pushes
     StartNotify /      (blePush ble.notification); vigild uses StartNotify or,
     AcquireNotify      with acquire: true, AcquireNotify
-  vigild app, awake    clients/python/example_app.py as an app with
-                       bluetooth-central, in the foreground (StartNotify)
-  vigild app, frozen   the same app in the background: before each sample the
-                       benchmark waits until its cgroup reports `frozen 1`, so
-                       every notification is a real wake (thaw, deliver, the
+  vigild app, awake,   clients/python/example_app.py as an app with
+    StartNotify /      bluetooth-central, in the foreground: one app
+    AcquireNotify      subscribing with acquire: false (StartNotify), then
+                       another with ble.notify's default (vigild acquires);
+                       vigild batches values that come while an event is in
+                       flight (the app records each value, acks the event and
+                       calls finishedProcessing once per event)
+  vigild app, frozen   the second app in the background: before each sample
+                       the benchmark waits until its cgroup reports `frozen 1`,
+                       so every notification is a real wake (thaw, deliver, the
                        app acks, records and calls finishedProcessing, freeze)
 The whole sequence runs $LAB_BENCH_ROUNDS times (default 3; vigild is
 started for each round's vigild paths and stopped before the next round's
@@ -64,13 +69,16 @@ INTERVAL = float(os.environ.get("LAB_BENCH_INTERVAL", "0.15"))
 BURST = int(os.environ.get("LAB_BENCH_BURST", "250"))
 PEER = os.path.join(HERE, "bench_hrm_peer.py")
 CONSUMER = os.path.join(HERE, "ble_consumer.py")
-APP = "org.vigil.lab.blebench"
+APP = "org.vigil.lab.blebench"             # ble.notify without acquire: vigild's default
+APP_SN = "org.vigil.lab.blebench.startnotify"  # ble.notify with acquire: false
 ADDRESS = "C0:DE:00:00:00:01"            # heart_rate_monitor.py's static random address
 HRS, HRM = "180d", "2a37"
 TICK = os.sysconf("SC_CLK_TCK")
 T_START = time.monotonic()
 PATHS = ["direct StartNotify", "direct AcquireNotify", "vigild control StartNotify",
-         "vigild control AcquireNotify", "vigild app, awake", "vigild app, frozen"]
+         "vigild control AcquireNotify", "vigild app, awake, StartNotify", "vigild app, awake, AcquireNotify",
+         "vigild app, frozen, AcquireNotify"]
+W = max(len(p) for p in PATHS)
 
 rounds: list[dict] = []                  # per round: {path: {"latency": ..., "throughput": ...}}
 notes: list[str] = []
@@ -190,22 +198,28 @@ class Consumer:
 
 
 class AppReceiver:
-    """example_app.py's record file, read as a consumer (counted incrementally)."""
+    """example_app.py's record file, read as a consumer (counted incrementally):
+    one line per value, with the seq of the event that carried it."""
 
-    def __init__(self, daemon: acc.Daemon) -> None:
-        self.daemon = daemon
+    def __init__(self, daemon: acc.Daemon, app: str) -> None:
+        self.daemon, self.app = daemon, app
         self.offset, self.partial, self.n = 0, b"", 0
 
     @property
     def pid(self) -> int | None:
-        return self.daemon.app(APP).get("pid")
+        return self.daemon.app(self.app).get("pid")
 
     def received(self) -> list[tuple[int, bytes]]:
-        return [(e["t"], bytes.fromhex(e["payloadHex"])) for e in self.daemon.events(APP, "ble.notification")]
+        return [(e["t"], bytes.fromhex(e["payloadHex"])) for e in self.daemon.events(self.app, "ble.notification")]
+
+    def events_for(self, first: int, count: int) -> int:
+        """How many events carried the values numbered first..first+count-1."""
+        return len({e["seq"] for e in self.daemon.events(self.app, "ble.notification")
+                    if (n := decode_seq(bytes.fromhex(e["payloadHex"]))) is not None and first <= n < first + count})
 
     def count(self) -> int:
         try:
-            with open(self.daemon.records[APP], "rb") as f:
+            with open(self.daemon.records[self.app], "rb") as f:
                 f.seek(self.offset)
                 data = f.read()
         except FileNotFoundError:
@@ -312,6 +326,8 @@ def measure(label: str, consumer, *, frozen: bool = False, throughput: bool = Tr
         row["throughput"] = match(tp_burst, received)
         row["throughput"].pop("samples", None)
         row["throughput"]["cpuNs"] = cpu
+        if isinstance(consumer, AppReceiver):
+            row["throughput"]["events"] = consumer.events_for(tp_burst["first"], tp_burst["count"])
     row["phaseSeconds"] = round(time.monotonic() - t_phase, 1)
     rounds[-1][label] = row
     lat = row["latency"]
@@ -389,10 +405,11 @@ for round_no in range(1, ROUNDS + 1):
     bz.forget_all()
 
     # ----------------------------------------------------------- vigild ----
-    daemon = acc.Daemon("90", apps={APP: {
-        "modes": ["bluetooth-central"],
-        "args": ["--ble-peripheral", ADDRESS, "--ble-notify", f"{HRS}/{HRM}"],
-    }}, timings="suspend-grace = 0.5\nwake-budget = 3.0\n")
+    app_args = ["--ble-peripheral", ADDRESS, "--ble-notify", f"{HRS}/{HRM}"]
+    daemon = acc.Daemon("90", apps={
+        APP: {"modes": ["bluetooth-central"], "args": app_args},
+        APP_SN: {"modes": ["bluetooth-central"], "args": [*app_args, "--ble-acquire", "false"]},
+    }, timings="suspend-grace = 0.5\nwake-budget = 3.0\n")
     ctl = daemon.control
     vigild_pid = pid_of("vigild")
     # The benchmark's own control connection keeps the link up for every path.
@@ -410,20 +427,25 @@ for round_no in range(1, ROUNDS + 1):
                       "--socket", daemon.socket, "--peripheral", ADDRESS, *(["--acquire"] if acquire else []),
                       vigild=vigild_pid)
 
-    s_on = peer.subscriptions(True)
-    ctl.app_action("launch", APP)
-    daemon.wait(lambda: daemon.records_of(APP, "bleReady"), 60, "the app's central manager")
-    wait_subscribed(s_on, "the app")
-    app = AppReceiver(daemon)
-    measure("vigild app, awake", app, vigild=vigild_pid)
+    for app_id, label in ((APP_SN, "vigild app, awake, StartNotify"), (APP, "vigild app, awake, AcquireNotify")):
+        s_on, s_off = peer.subscriptions(True), peer.subscriptions(False)
+        ctl.app_action("launch", app_id)
+        daemon.wait(lambda: daemon.records_of(app_id, "bleReady"), 60, f"{app_id}'s central manager")
+        wait_subscribed(s_on, label)
+        app = AppReceiver(daemon, app_id)
+        measure(label, app, vigild=vigild_pid)
+        if app_id == APP_SN:
+            ctl.app_action("quit", app_id)   # its subscription ends with it (no restore identifier)
+            wait_unsubscribed(s_off, label)
     ctl.app_action("background", APP)
     daemon.wait_state(APP, "suspended")
     wakes_before = notification_wakes()
-    measure("vigild app, frozen", app, frozen=True, throughput=False, vigild=vigild_pid)
-    rounds[-1]["vigild app, frozen"]["wakes"] = notification_wakes() - wakes_before
+    measure("vigild app, frozen, AcquireNotify", app, frozen=True, throughput=False, vigild=vigild_pid)
+    rounds[-1]["vigild app, frozen, AcquireNotify"]["wakes"] = notification_wakes() - wakes_before
     notify_log += [f"round {round_no}: " + line.strip().split("bluetooth: ", 1)[-1]
                    for line in open(daemon.log_path, errors="replace")
-                   if "notifications on for" in line or "starting notifications" in line]
+                   if "notifications on for" in line or "starting notifications" in line
+                   or "AcquireNotify for" in line or "closed the AcquireNotify socket" in line]
     daemon.stop()
 peer.stop()
 
@@ -450,8 +472,9 @@ def pooled(path: str) -> dict:
                              "sent": sum(t["sent"] for t in tps), "received": sum(t["received"] for t in tps),
                              "duplicates": sum(t["duplicates"] for t in tps),
                              "outOfOrder": sum(t["outOfOrder"] for t in tps),
-                             "sendRates": [t.get("sendRate") for t in tps], "cpuUsPerNotification": cpu}
-    if path == "vigild app, frozen":
+                             "sendRates": [t.get("sendRate") for t in tps], "cpuUsPerNotification": cpu,
+                             "events": sum(t["events"] for t in tps) if all("events" in t for t in tps) else None}
+    if path == "vigild app, frozen, AcquireNotify":
         out["wakes"] = sum(r.get("wakes", 0) for r in rows)
     return out
 
@@ -464,23 +487,24 @@ lines = [f"Bluetooth LE central benchmark (issue 5), {time.strftime('%Y-%m-%d %H
          f"one at a time, each after the app's cgroup reported frozen 1); peer's HCI write -> consumer has "
          f"the value, µs; p50/direct: pooled, and per round (min-max)",
          "",
-         f"| {'path':<28} | {'p50':>6} | {'p90':>6} | {'p99':>6} | {'max':>6} | {'p50/direct':>10} | "
+         f"| {'path':<{W}} | {'p50':>6} | {'p90':>6} | {'p99':>6} | {'max':>6} | {'p50/direct':>10} | "
          f"{'per round':>11} | {'recv/sent':>9} |",
-         f"| {'-' * 28} | {'-' * 6}:| {'-' * 6}:| {'-' * 6}:| {'-' * 6}:| {'-' * 10}:| {'-' * 11}:| {'-' * 9}:|"]
+         f"| {'-' * W} | {'-' * 6}:| {'-' * 6}:| {'-' * 6}:| {'-' * 6}:| {'-' * 10}:| {'-' * 11}:| {'-' * 9}:|"]
 for r in summary:
     per_round = [a / b for a, b in zip(r["roundP50"], base["roundP50"]) if a and b]
     spread = f"{min(per_round):.2f}-{max(per_round):.2f}" if per_round else "-"
-    lines.append(f"| {r['path']:<28} | {r.get('p50', 0):6.0f} | {r.get('p90', 0):6.0f} | {r.get('p99', 0):6.0f} | "
+    lines.append(f"| {r['path']:<{W}} | {r.get('p50', 0):6.0f} | {r.get('p90', 0):6.0f} | {r.get('p99', 0):6.0f} | "
                  f"{r.get('max', 0):6.0f} | {r.get('p50', 0) / base['p50']:10.2f} | {spread:>11} | "
                  f"{r['received']:>4}/{r['sent']:<4} |")
 lines += ["",
           f"throughput: {ROUNDS} bursts of {BURST} per path, sent as fast as btvirt's controller takes them; "
           f"notifications/s = received / (first HCI write -> last receipt), median of the rounds (min-max); "
-          f"CPU µs per notification during the bursts",
+          f"CPU µs per notification during the bursts; per event: values per app event (vigild batches what "
+          f"comes while one is in flight)",
           "",
-          f"| {'path':<28} | {'notif/s':>7} | {'rounds':>11} | {'vs direct':>9} | {'recv/sent':>9} | "
-          f"{'bluetoothd':>10} | {'vigild':>6} | {'consumer':>8} |",
-          f"| {'-' * 28} | {'-' * 7}:| {'-' * 11}:| {'-' * 9}:| {'-' * 9}:| {'-' * 10}:| {'-' * 6}:| {'-' * 8}:|"]
+          f"| {'path':<{W}} | {'notif/s':>7} | {'rounds':>11} | {'vs direct':>9} | {'recv/sent':>9} | "
+          f"{'bluetoothd':>10} | {'vigild':>6} | {'consumer':>8} | {'per event':>9} |",
+          f"| {'-' * W} | {'-' * 7}:| {'-' * 11}:| {'-' * 9}:| {'-' * 9}:| {'-' * 10}:| {'-' * 6}:| {'-' * 8}:| {'-' * 9}:|"]
 
 
 def f0(v) -> str:
@@ -494,12 +518,13 @@ for r in summary:
         continue
     c = tp["cpuUsPerNotification"]
     rs = [x for x in tp["rates"] if x]
-    lines.append(f"| {r['path']:<28} | {f0(tp['rate']):>7} | {f0(min(rs)) + '-' + f0(max(rs)):>11} | "
+    per_event = f"{tp['received'] / tp['events']:.1f}" if tp.get("events") else "-"
+    lines.append(f"| {r['path']:<{W}} | {f0(tp['rate']):>7} | {f0(min(rs)) + '-' + f0(max(rs)):>11} | "
                  f"{(tp['rate'] / base_rate if tp['rate'] and base_rate else 0):9.2f} | "
                  f"{tp['received']:>4}/{tp['sent']:<4} | {f0(c['bluetoothd']):>10} | {f0(c['vigild']):>6} | "
-                 f"{f0(c['consumer']):>8} |")
+                 f"{f0(c['consumer']):>8} | {per_event:>9} |")
 lines.append("")
-frozen = summary[PATHS.index("vigild app, frozen")]
+frozen = summary[PATHS.index("vigild app, frozen, AcquireNotify")]
 lines.append(f"frozen app: {frozen.get('wakes')} wakes for ble.notification over {frozen['sent']} samples")
 dups = {r["path"]: (r["duplicates"], r.get("throughput", {}).get("duplicates", 0)) for r in summary}
 lines.append("duplicates (latency, throughput): " + ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in dups.items()))

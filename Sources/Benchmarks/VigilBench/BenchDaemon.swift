@@ -5,6 +5,12 @@ import VigilSystem
 
 /// A real vigild in a scratch directory, with the sample app installed.
 ///
+/// `bluetooth` and `bus` choose the Bluetooth set-up: Bluetooth on or off in
+/// the config, and a system bus that is present (a private `dbus-daemon` this
+/// object starts, with no bluetoothd on it) or absent (vigild is pointed at a
+/// socket path in the scratch directory that nothing listens on), or whatever
+/// the environment says (`.inherited`).
+///
 /// Everything it starts ends with `stop()`, which `Teardown` also runs on an
 /// error or a signal: vigild runs with `--on-stop terminate` (it ends its apps
 /// when it stops), the app's process group or cgroup is killed if anything of
@@ -16,7 +22,13 @@ final class BenchDaemon: @unchecked Sendable {
     let cgroupRoot: String?
     private(set) var process: SpawnedProcess?
     private(set) var control: ControlClient!
+    /// The private system bus, with `bus: .present`.
+    private var busDaemon: SpawnedProcess?
     static let appID = "org.vigil.bench"
+
+    enum Bus: String {
+        case inherited, absent, present
+    }
 
     private struct Tracked {
         var stopped = false
@@ -27,11 +39,14 @@ final class BenchDaemon: @unchecked Sendable {
     private let tracked = Locked(Tracked())
     private var teardownID = 0
 
-    init(binaries: String, suspension: String) async throws {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-bench-\(getpid())-\(suspension)").path
+    init(
+        binaries: String, vigild: String? = nil, suspension: String, bluetooth: Bool = true, bus: Bus = .inherited, label: String? = nil
+    ) async throws {
+        let name = "vigil-bench-\(getpid())-\(label ?? suspension)"
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent(name).path
         socket = directory + "/vigild.sock"
         recordPath = directory + "/record.jsonl"
-        cgroupRoot = suspension == "cgroup" ? Cgroup.unifiedMountPoint().map { $0 + "/vigil-bench-\(getpid())" } : nil
+        cgroupRoot = suspension == "cgroup" ? Cgroup.unifiedMountPoint().map { $0 + "/" + name } : nil
         // Registered before anything exists, so a failure from here on cleans up too.
         teardownID = Teardown.add { [self] in stop(interrupted: true) }
         try? FileManager.default.removeItem(atPath: directory)
@@ -44,6 +59,7 @@ final class BenchDaemon: @unchecked Sendable {
             event-queue-limit = 100000
             decision-log-size = 100
             on-stop = "terminate"
+            bluetooth = \(bluetooth)
             [timings]
             exit-grace = 1.0
 
@@ -61,14 +77,59 @@ final class BenchDaemon: @unchecked Sendable {
         let log = open(directory + "/vigild.log", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
         guard log >= 0 else { throw BenchError("cannot create \(directory)/vigild.log") }
         defer { close(log) }
+        var environment = SpawnRequest.currentEnvironment()
+        if bus != .inherited {
+            // The bus socket's directory exists; the socket exists only with a bus.
+            try FileManager.default.createDirectory(atPath: directory + "/bus", withIntermediateDirectories: true)
+            environment["DBUS_SYSTEM_BUS_ADDRESS"] = "unix:path=" + directory + "/bus/system_bus_socket"
+        }
+        if bus == .present { try startBus(log: log) }
         // ProcessSpawner, not Foundation.Process: vigild must not inherit this
         // thread's blocked signals or the benchmark's ignored SIGINT/SIGTERM.
         process = try ProcessSpawner.spawn(SpawnRequest(
-            executable: binaries + "/vigild",
+            executable: vigild ?? binaries + "/vigild",
             arguments: ["--socket", socket, "--config", directory + "/vigild.toml", "--log-level", "warning",
                         "--on-stop", "terminate"],
+            environment: environment,
             output: log))
         control = try await Self.connect(socket, daemon: process!)
+    }
+
+    /// A private system bus (dbus-daemon, the same permissive policy as the
+    /// BlueZ mock's) on `bus/system_bus_socket`; nothing owns org.bluez on it.
+    private func startBus(log: Int32) throws {
+        guard let executable = (["/usr/bin/dbus-daemon", "/bin/dbus-daemon"] as [String]).first(where: { access($0, X_OK) == 0 }) else {
+            throw BenchError("dbus-daemon is not installed (apt-get install dbus-daemon): cannot measure with a system bus")
+        }
+        let socket = directory + "/bus/system_bus_socket"
+        try """
+            <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+             "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+            <busconfig>
+              <type>system</type>
+              <listen>unix:path=\(socket)</listen>
+              <auth>EXTERNAL</auth>
+              <policy context="default">
+                <allow user="*"/>
+                <allow own="*"/>
+                <allow send_type="method_call"/>
+                <allow send_type="signal"/>
+                <allow send_requested_reply="true" send_type="method_return"/>
+                <allow send_requested_reply="true" send_type="error"/>
+                <allow receive_type="method_call"/>
+                <allow receive_type="method_return"/>
+                <allow receive_type="error"/>
+                <allow receive_type="signal"/>
+              </policy>
+            </busconfig>
+            """.write(toFile: directory + "/bus.conf", atomically: true, encoding: .utf8)
+        busDaemon = try ProcessSpawner.spawn(SpawnRequest(
+            executable: executable, arguments: ["--config-file=" + directory + "/bus.conf", "--nofork", "--nopidfile"], output: log))
+        let deadline = MonotonicInstant.now().advanced(by: .seconds(10))
+        while access(socket, F_OK) != 0 {
+            guard MonotonicInstant.now() < deadline else { throw BenchError("dbus-daemon did not create \(socket) within 10 s") }
+            usleep(10_000)
+        }
     }
 
     private static func connect(_ socket: String, daemon: SpawnedProcess) async throws -> ControlClient {
@@ -125,6 +186,17 @@ final class BenchDaemon: @unchecked Sendable {
                 while (try? ProcessControl.reap(process)) == nil { usleep(10_000) }
             }
             close(process.pidfd)
+        }
+        if let busDaemon {
+            _ = try? ProcessControl.sendSignal(SIGTERM, toPidfd: busDaemon.pidfd)
+            let deadline = MonotonicInstant.now().advanced(by: .seconds(5))
+            while (try? ProcessControl.reap(busDaemon)) == nil {
+                if MonotonicInstant.now() > deadline {
+                    _ = try? ProcessControl.sendSignal(SIGKILL, toPidfd: busDaemon.pidfd)
+                }
+                usleep(10_000)
+            }
+            close(busDaemon.pidfd)
         }
         // The app is a session leader (signal fallback) or in its cgroup:
         // if vigild left anything of it, end all of it.

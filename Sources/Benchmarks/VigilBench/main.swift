@@ -8,10 +8,16 @@ import VigilSystem
 // real sample app. Prints figures; asserts nothing. See docs/performance.md.
 //
 //   swift build -c release && sudo .build/release/vigil-bench [--wakes N] [--idle-seconds S]
+//       [--settle-seconds S] [--vigild PATH]
+//
+// --wakes 0 skips the latency runs, --idle-seconds 0 the idle ones; --vigild
+// measures another build of vigild (e.g. an older one) with this benchmark.
 
 struct Options {
     var wakes = 1000
     var idleSeconds = 30
+    var settleSeconds = 10
+    var vigild: String?
 
     static func parse(_ arguments: [String]) -> Options {
         var options = Options()
@@ -20,8 +26,11 @@ struct Options {
             switch argument {
             case "--wakes": options.wakes = Int(arguments.popFirst() ?? "") ?? options.wakes
             case "--idle-seconds": options.idleSeconds = Int(arguments.popFirst() ?? "") ?? options.idleSeconds
+            case "--settle-seconds": options.settleSeconds = Int(arguments.popFirst() ?? "") ?? options.settleSeconds
+            case "--vigild": options.vigild = arguments.popFirst()
             default:
-                FileHandle.standardError.write("usage: vigil-bench [--wakes N] [--idle-seconds S]\n".data(using: .utf8)!)
+                FileHandle.standardError.write(
+                    "usage: vigil-bench [--wakes N] [--idle-seconds S] [--settle-seconds S] [--vigild PATH]\n".data(using: .utf8)!)
                 exit(2)
             }
         }
@@ -108,30 +117,83 @@ func contextSwitches(of pid: Int32) -> [String: Int] {
     return result
 }
 
-/// Idle cost: context switches over `seconds` with nothing to do, per thread.
-/// Threads that exist at only one end (Dispatch retiring idle workers) count
-/// from 0 or up to their last reading.
-func idleReport(daemon: BenchDaemon, seconds: Int) async throws -> String {
+/// One idle configuration: Bluetooth on or off, a system bus or none.
+struct IdleConfiguration {
+    var bluetooth: Bool
+    var bus: BenchDaemon.Bus
+
+    var name: String {
+        "Bluetooth \(bluetooth ? "on" : "off"), " + (bus == .present ? "system bus (no bluetoothd)" : "no system bus")
+    }
+
+    static let all = [
+        IdleConfiguration(bluetooth: false, bus: .absent), IdleConfiguration(bluetooth: false, bus: .present),
+        IdleConfiguration(bluetooth: true, bus: .absent), IdleConfiguration(bluetooth: true, bus: .present),
+    ]
+}
+
+struct IdleResult {
+    var configuration: IdleConfiguration
+    var seconds: Int
+    /// Context switches per thread ("name/tid"), with a note for threads that came or went.
+    var threads: [(thread: String, switches: Int, note: String)]
+    var total: Int { threads.reduce(0) { $0 + $1.switches } }
+}
+
+/// Idle cost: a fresh daemon in `configuration`, the app launched, sent to the
+/// background and suspended; after `settle` seconds, the context switches of
+/// every daemon thread over `seconds` with nothing to do. Threads that exist
+/// at only one end (Dispatch retiring idle workers) count from 0 or up to
+/// their last reading.
+func idleRun(_ configuration: IdleConfiguration, seconds: Int, settle: Int, vigild: String?) async throws -> IdleResult {
+    let mechanism = getuid() == 0 && Cgroup.unifiedMountPoint() != nil ? "cgroup" : "signal"
+    let daemon = try await BenchDaemon(
+        binaries: binaries, vigild: vigild, suspension: mechanism, bluetooth: configuration.bluetooth, bus: configuration.bus,
+        label: "idle-\(configuration.bluetooth ? "bt" : "nobt")-\(configuration.bus.rawValue)")
+    defer { daemon.stop() }
+    _ = try await daemon.control.perform(.launch, app: BenchDaemon.appID)
+    try await waitFor("the app to become active") {
+        try await daemon.control.apps().first { $0.id == BenchDaemon.appID }?.state == .active
+    }
+    _ = try await daemon.control.perform(.background, app: BenchDaemon.appID)
+    let pid = try await daemon.appPID()
+    try await waitFor("suspension") { isSuspended(daemon, pid: pid) }
+    // Past the start: the state file's coalesced write, retired workers.
+    try await Task.sleep(for: .seconds(settle))
     let before = contextSwitches(of: daemon.pid)
     try await Task.sleep(for: .seconds(seconds))
     let after = contextSwitches(of: daemon.pid)
-    var lines: [String] = []
-    var total = 0
+    var threads: [(thread: String, switches: Int, note: String)] = []
     for thread in Set(before.keys).union(after.keys).sorted() {
         let delta = (after[thread] ?? before[thread] ?? 0) - (before[thread] ?? 0)
-        total += delta
         let note = after[thread] == nil ? " (thread exited)" : before[thread] == nil ? " (new thread)" : ""
-        lines.append("    \(thread.padding(toLength: 28, withPad: " ", startingAt: 0)) \(delta)\(note)")
+        threads.append((thread, delta, note))
     }
-    return "daemon context switches over \(seconds) s idle (app suspended): \(total)\n" + lines.joined(separator: "\n")
+    daemon.succeeded()
+    return IdleResult(configuration: configuration, seconds: seconds, threads: threads)
 }
 
-func run(wakes: Int, idleSeconds: Int, binaries: String) async throws {
-    print("vigil-bench: \(wakes) wakes per mechanism, \(idleSeconds) s idle; binaries in \(binaries)")
+func idleReport(_ results: [IdleResult]) -> String {
+    guard let seconds = results.first?.seconds else { return "" }
+    var lines = ["idle wake-ups over \(seconds) s, app suspended (context switches of every vigild thread):",
+                 "  configuration                                  threads  switches  per second"]
+    for result in results {
+        lines.append("  " + result.configuration.name.padding(toLength: 46, withPad: " ", startingAt: 0)
+            + String(format: " %7d  %8d  %10.2f", result.threads.count, result.total, Double(result.total) / Double(seconds)))
+        for thread in result.threads {
+            lines.append("      \(thread.thread.padding(toLength: 28, withPad: " ", startingAt: 0)) \(thread.switches)\(thread.note)")
+        }
+    }
+    return lines.joined(separator: "\n")
+}
+
+func run(_ options: Options) async throws {
+    let wakes = options.wakes
+    print("vigil-bench: \(wakes) wakes per mechanism, \(options.idleSeconds) s idle per configuration; binaries in \(binaries)"
+        + (options.vigild.map { "; vigild: \($0)" } ?? ""))
     var figures: [Figures] = []
-    var idleSummary = ""
-    for mechanism in ["cgroup", "signal"] {
-        let daemon = try await BenchDaemon(binaries: binaries, suspension: mechanism)
+    for mechanism in ["cgroup", "signal"] where wakes > 0 {
+        let daemon = try await BenchDaemon(binaries: binaries, vigild: options.vigild, suspension: mechanism)
         defer { daemon.stop() }  // also on errors; Teardown runs it on a signal
         let status = try await daemon.control.status()
         guard status.suspension.rawValue == mechanism else {
@@ -146,28 +208,28 @@ func run(wakes: Int, idleSeconds: Int, binaries: String) async throws {
             figures.append(try await measure("baseline: app active (no wake)", daemon: daemon, count: wakes, suspended: false))
         }
         _ = try await daemon.control.perform(.background, app: BenchDaemon.appID)
-        figures.append(try await measure("wake from \(mechanism == "cgroup" ? "cgroup freezer" : "SIGSTOP fallback")", daemon: daemon, count: wakes, suspended: true))
-
-        if mechanism == "cgroup" && idleSeconds > 0 {
-            let pid = try await daemon.appPID()
-            try await waitFor("suspension") { isSuspended(daemon, pid: pid) }
-            // Let the runtime retire worker threads woken by the measurements above.
-            try await Task.sleep(for: .seconds(10))
-            idleSummary = try await idleReport(daemon: daemon, seconds: idleSeconds)
-        }
+        figures.append(try await measure(
+            "wake from \(mechanism == "cgroup" ? "cgroup freezer" : "SIGSTOP fallback")", daemon: daemon, count: wakes, suspended: true))
         daemon.succeeded()
     }
-    print("")
-    print("wake latency, from the event's send to the app's handler (µs):")
-    print("  scenario                              p50       p99       max    p50 vs baseline")
-    let baseline = figures.first?.percentile(0.5) ?? .nan
-    for figure in figures {
-        let numbers = String(
-            format: "%8.0f  %8.0f  %8.0f    %.1fx", figure.percentile(0.5), figure.percentile(0.99),
-            figure.samples.max() ?? .nan, figure.percentile(0.5) / baseline)
-        print("  " + figure.name.padding(toLength: 34, withPad: " ", startingAt: 0) + " " + numbers)
+    var idle: [IdleResult] = []
+    for configuration in IdleConfiguration.all where options.idleSeconds > 0 {
+        print("  idle: \(configuration.name)")
+        idle.append(try await idleRun(configuration, seconds: options.idleSeconds, settle: options.settleSeconds, vigild: options.vigild))
     }
-    if !idleSummary.isEmpty { print(idleSummary) }
+    print("")
+    if !figures.isEmpty {
+        print("wake latency, from the event's send to the app's handler (µs):")
+        print("  scenario                              p50       p99       max    p50 vs baseline")
+        let baseline = figures.first?.percentile(0.5) ?? .nan
+        for figure in figures {
+            let numbers = String(
+                format: "%8.0f  %8.0f  %8.0f    %.1fx", figure.percentile(0.5), figure.percentile(0.99),
+                figure.samples.max() ?? .nan, figure.percentile(0.5) / baseline)
+            print("  " + figure.name.padding(toLength: 34, withPad: " ", startingAt: 0) + " " + numbers)
+        }
+    }
+    if !idle.isEmpty { print(idleReport(idle)) }
 }
 
 /// Ends what the run left behind (normally nothing: each daemon's stop ends
@@ -182,7 +244,7 @@ func sweep() {
 let options = Options.parse(Array(CommandLine.arguments.dropFirst()))
 Teardown.install()
 do {
-    try await run(wakes: options.wakes, idleSeconds: options.idleSeconds, binaries: binaries)
+    try await run(options)
     sweep()
 } catch {
     // A Ctrl-C reaches vigild too, which may end the measurement before the

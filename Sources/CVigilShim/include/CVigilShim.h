@@ -27,6 +27,35 @@ int vigil_accept(int fd);
 /// The peer's credentials from SO_PEERCRED, as of connect(2) time.
 int vigil_peer_credentials(int fd, pid_t *pid, uid_t *uid, gid_t *gid);
 
+/// The peer's supplementary groups from SO_PEERGROUPS (Linux 4.13), as of
+/// connect(2) time. Returns how many it has (more than `capacity`: call again
+/// with a larger buffer; only `capacity` were written), or -1 with errno set.
+int vigil_peer_groups(int fd, gid_t *groups, int capacity);
+
+// MARK: Signals and file system notifications
+
+/// Blocks `signals` in the calling thread (threads it starts later inherit
+/// the mask) and returns a signalfd for them (close-on-exec, non-blocking), so
+/// an event loop reads them as data instead of a handler interrupting some
+/// thread. Returns -1 with errno set on failure.
+int vigil_signalfd(const int *signals, int count);
+
+/// Reads one pending signal from a signalfd: its number, 0 when none is
+/// pending, or -1 with errno set.
+int vigil_signalfd_read(int fd);
+
+/// inotify_init1(IN_NONBLOCK | IN_CLOEXEC).
+int vigil_inotify_init(void);
+
+/// Watches the directory `path` for entries created, moved in or whose
+/// attributes change, and for the directory's own deletion or move
+/// (IN_CREATE | IN_MOVED_TO | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF |
+/// IN_ONLYDIR). Returns the watch descriptor, or -1 with errno set.
+int vigil_inotify_watch_directory(int fd, const char *path);
+
+/// inotify_rm_watch(2).
+int vigil_inotify_unwatch(int fd, int watch);
+
 // MARK: Processes
 
 /// pidfd_open(2); the descriptor is close-on-exec.
@@ -54,6 +83,7 @@ typedef enum vigil_spawn_step {
     VIGIL_SPAWN_FILE_DESCRIPTORS,
     VIGIL_SPAWN_WORKING_DIRECTORY,
     VIGIL_SPAWN_EXEC,
+    VIGIL_SPAWN_CREDENTIALS,
 } vigil_spawn_step;
 
 typedef struct vigil_spawn_request {
@@ -65,11 +95,18 @@ typedef struct vigil_spawn_request {
     int stdin_fd;                  ///< Becomes fd 0.
     int output_fd;                 ///< Becomes fds 1 and 2.
     int new_session;               ///< Non-zero: setsid() in the child.
+    int change_credentials;        ///< Non-zero: become uid/gid/groups below before exec.
+    uid_t uid;                     ///< The user to run as (with change_credentials).
+    gid_t gid;                     ///< Its primary group.
+    const gid_t *groups;           ///< Its supplementary groups (may be NULL when group_count is 0).
+    int group_count;
 } vigil_spawn_request;
 
 /// fork + execve with only async-signal-safe calls in the child. The child
 /// joins its cgroup, gets default signal dispositions and an empty signal
-/// mask, and keeps only fds 0-2. Returns 0 with *pid set, or an errno with
+/// mask, keeps only fds 0-2, and (with change_credentials) drops to its user:
+/// setgroups, setgid, setuid, each checked, then its working directory as
+/// that user. Returns 0 with *pid set, or an errno with
 /// *failed_step set (the child, if any, has already been reaped).
 int vigil_spawn(const vigil_spawn_request *request, pid_t *pid, vigil_spawn_step *failed_step);
 

@@ -95,27 +95,31 @@ extension DaemonCore {
         }
     }
 
-    /// Before an app's acknowledgement up to `seq` is handled: announces what
-    /// each of its sessions read since its last event, if that event is
-    /// among the acknowledged.
-    func announceSessionData(of app: String, beforeAcknowledging seq: UInt64) {
-        for record in accessoryState.sessions.sessions(heldBy: .app(app)) where accessoryState.logs[record.id] != nil {
+    /// Before an app's acknowledgement up to `seq` is handled (and journaled):
+    /// each of its sessions announces what it read since its last event, if
+    /// that event is among the acknowledged, so an app done with its window is
+    /// not suspended only to be woken for the next range; and the log records
+    /// what the app is done with: everything before the first data event the
+    /// acknowledgement leaves queued. The log goes first: a daemon killed
+    /// between the two finds events the log says were acknowledged and
+    /// withdraws them (`restoreLog`); the other order would announce those
+    /// bytes again under a new sequence number.
+    func sessionLogsBeforeAcknowledging(_ seq: UInt64, by app: String) {
+        for record in accessoryState.sessions.sessions(heldBy: .app(app)) {
+            guard let open = accessoryState.logs[record.id] else { continue }
             announce(record.id, acknowledging: seq)
+            guard let queue = engine.apps[app]?.queue else { continue }
+            // Only sent events can be acknowledged (the engine ignores the rest).
+            let remaining = queue.events.enumerated().lazy
+                .filter { $0.offset >= queue.sentCount || $0.element.seq > seq }
+                .compactMap { Self.logRange(of: $0.element, session: record.id) }
+            open.log.acknowledge(upTo: remaining.first?.lowerBound ?? open.announced)
         }
     }
 
-    /// After an app acknowledged events: each of its sessions frees what the
-    /// app is done with (everything before the first data event still queued)
-    /// and announces what was read meanwhile; logs of ended sessions that no
-    /// queued event names any more are deleted.
+    /// After an app's acknowledgement: logs of ended sessions that no queued
+    /// event names any more are deleted.
     func sessionLogsAcknowledged(by app: String) {
-        let queued = engine.queuedEvents(of: app)
-        for record in accessoryState.sessions.sessions(heldBy: .app(app)) {
-            guard let open = accessoryState.logs[record.id] else { continue }
-            let pending = queued.lazy.compactMap { Self.logRange(of: $0, session: record.id) }.first
-            open.log.acknowledge(upTo: pending?.lowerBound ?? open.announced)
-            announce(record.id)
-        }
         removeRetiredLogs(of: app)
     }
 

@@ -53,11 +53,13 @@ extension DaemonCore {
         return saved
     }
 
-    func stopBluetooth() {
+    /// Waits for the central's stop: it hands BlueZ back its AcquireNotify
+    /// sockets before the bus connection closes (see `releaseAcquiredNotifications`).
+    func stopBluetooth() async {
         guard let central else { return }
         self.central = nil
         peripheral = nil
-        Task { await central.stop() }
+        await central.stop()
     }
 
     func deliverBluetoothEvent(_ kind: String, _ attributes: [String: JSONValue], _ body: [UInt8], mode: BackgroundMode, to client: BluetoothClient) {
@@ -83,7 +85,7 @@ extension DaemonCore {
         guard let central else { return }
         let keep = !(engine.apps[app]?.forceQuit ?? true)
         central.assumeIsolated { $0.clientEnded(.app(app), keep: keep) }
-        if let peripheral { Task { await peripheral.clientEnded(.app(app), keep: keep) } }
+        if let peripheral { loop.task { await peripheral.clientEnded(.app(app), keep: keep) } }
     }
 
     /// A launch not by the user names the central managers the daemon kept
@@ -97,6 +99,6 @@ extension DaemonCore {
 
     func bluetoothControlClosed(_ connectionID: Int) {
         central?.assumeIsolated { $0.clientEnded(.control(connectionID), keep: false) }
-        if let peripheral { Task { await peripheral.clientEnded(.control(connectionID), keep: false) } }
+        if let peripheral { loop.task { await peripheral.clientEnded(.control(connectionID), keep: false) } }
     }
 }

@@ -29,14 +29,14 @@ extension DaemonCore {
         // Requests that wait for BlueZ or the device: answered from a task.
         func later(_ body: @escaping @Sendable (BluetoothCentral) async throws(ProtocolError) -> (any Message, [UInt8])) {
             let connectionID = connection.id
-            Task {
+            loop.task {
                 let outcome: Result<(any Message, [UInt8]), ProtocolError>
                 do throws(ProtocolError) {
                     outcome = .success(try await body(central))
                 } catch {
                     outcome = .failure(error)
                 }
-                self.answer(outcome, id: id, connectionID: connectionID)
+                await self.answer(outcome, id: id, connectionID: connectionID)
             }
         }
         switch message.type {
@@ -71,7 +71,7 @@ extension DaemonCore {
             let request: SetNotify = try message.decode()
             let path = CharacteristicPath(peripheral: request.peripheral, service: request.service, characteristic: request.characteristic)
             try now { central throws(ProtocolError) in
-                try central.setNotify(client, path, enabled: request.enabled, acquire: request.acquire ?? false)
+                try central.setNotify(client, path, enabled: request.enabled, acquire: request.acquire)
                 return Done()
             }
         case DiscoverServices.type:
@@ -112,14 +112,14 @@ extension DaemonCore {
         let connectionID = connection.id
         let body = message.body
         func later(_ work: @escaping @Sendable (BluetoothPeripheral) async throws(ProtocolError) -> (any Message, [UInt8])) {
-            Task {
+            loop.task {
                 let outcome: Result<(any Message, [UInt8]), ProtocolError>
                 do throws(ProtocolError) {
                     outcome = .success(try await work(peripheral))
                 } catch {
                     outcome = .failure(error)
                 }
-                self.answer(outcome, id: id, connectionID: connectionID)
+                await self.answer(outcome, id: id, connectionID: connectionID)
             }
         }
         switch message.type {

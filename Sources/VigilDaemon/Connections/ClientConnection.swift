@@ -17,6 +17,9 @@ final class ClientConnection {
     let stream: UnixStream
     let credentials: PeerCredentials
     var phase = Phase.handshake
+    /// A control client limited to read-only requests (`monitor-group`):
+    /// why, for the refusal of the others. nil: every request.
+    var readOnlyReason: String?
     var decoder: FrameDecoder
     /// Bytes not yet accepted by the socket, from `outputStart` on.
     private(set) var output: [UInt8] = []

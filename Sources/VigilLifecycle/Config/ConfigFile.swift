@@ -8,6 +8,12 @@ import VigilTOML
 /// exhaust the daemon.
 enum ConfigFile {
     static func bytes(_ path: String) throws(ManifestProblem) -> [UInt8] {
+        try contents(path).bytes
+    }
+
+    /// The bytes and the file's status, taken from the descriptor the bytes
+    /// were read through (no race between the check and the read).
+    static func contents(_ path: String) throws(ManifestProblem) -> (bytes: [UInt8], status: stat) {
         func failure(_ what: String) -> ManifestProblem {
             ManifestProblem(file: path, field: nil, message: "cannot read: \(what)")
         }
@@ -27,7 +33,7 @@ enum ConfigFile {
             let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
             if count < 0, errno == EINTR { continue }
             guard count >= 0 else { throw failure(systemError()) }
-            if count == 0 { return bytes }
+            if count == 0 { return (bytes, info) }
             bytes += buffer[0..<count]
         }
         throw ManifestProblem(file: path, field: nil, message: "larger than \(limit) bytes: not read")

@@ -36,6 +36,8 @@ public enum StopPolicy: String, Sendable, CaseIterable {
 /// bluetooth = true                              # Bluetooth LE through BlueZ (system bus)
 /// bluetooth-request-timeout = 20.0              # s an app has to answer a central's read or write
 /// durability = "process"                        # process | power: what queued events and read bytes survive
+/// control-group = "vigil"                       # system daemon: members may use the control role ("" = root only)
+/// monitor-group = "vigil-monitor"               # system daemon: members may use its read-only requests
 ///
 /// [timings]
 /// suspend-grace = 5.0
@@ -71,9 +73,21 @@ public struct DaemonConfig: Sendable, Equatable {
     /// What the event journal survives before the daemon relies on it:
     /// `process` a crash of vigild (page cache), `power` a power loss (fdatasync).
     public var durability: Durability = .process
+    /// Whether this is the system daemon (`vigild --system`): apps run as the
+    /// users their manifests name, and the control role is open to root and
+    /// `controlGroup`. Not a key: the command line says it.
+    public var systemMode: Bool
+    /// System daemon: members of this group may use the control role (root always may); nil: root only.
+    public var controlGroup: AccountReference?
+    /// System daemon: members of this group may use the control role's
+    /// read-only requests (status, apps, log, accessories, Bluetooth state and
+    /// devices); nil: nobody beyond `controlGroup`.
+    public var monitorGroup: AccountReference?
 
     /// Defaults for the system daemon or for a per-user daemon.
     public init(system: Bool, environment: [String: String] = ProcessInfo.processInfo.environment) {
+        systemMode = system
+        controlGroup = system ? .name("vigil") : nil
         if system {
             manifestDirectories = ["/usr/share/vigil/apps", "/etc/vigil/apps"]
             stateDirectory = "/var/lib/vigil"
@@ -91,7 +105,7 @@ public struct DaemonConfig: Sendable, Equatable {
     static let knownFields: Set<String> = [
         "socket", "manifest-dirs", "state-dir", "log-dir", "cgroup-root", "suspension", "on-stop", "event-queue-limit",
         "decision-log-size", "timings", "accessory", "session-buffer-limit", "bluetooth",
-        "bluetooth-request-timeout", "durability",
+        "bluetooth-request-timeout", "durability", "control-group", "monitor-group",
     ]
     static let knownTimings: Set<String> = [
         "suspend-grace", "wake-budget", "background-time-limit", "expiration-warning", "exit-grace",
@@ -161,6 +175,8 @@ public struct DaemonConfig: Sendable, Equatable {
             }
             config.durability = durability
         }
+        config.controlGroup = try fields.optionalGroup("control-group", default: defaults.controlGroup)
+        config.monitorGroup = try fields.optionalGroup("monitor-group", default: defaults.monitorGroup)
         var rules: [AccessoryRule] = []
         for rule in try fields.tableArray("accessory") { rules.append(try AccessoryRule.parse(rule)) }
         config.accessoryRules = rules.isEmpty ? defaults.accessoryRules : rules

@@ -10,9 +10,15 @@ import VigilProtocol
 /// accessory-protocols = ["org.example.sensor"]
 /// exits-on-suspend = false
 /// working-directory = "/var/lib/logger"   # optional
+/// user = "logger"                        # required by the system daemon (name or uid)
+/// group = "logger"                       # optional: default the user's primary group
+/// supplementary-groups = ["plugdev"]     # optional: default none
 /// [environment]                          # optional
 /// LOG_LEVEL = "debug"
 /// ```
+///
+/// `user`, `group` and `supplementary-groups` are resolved when the app is
+/// launched (docs/security.md says who may run as whom).
 public struct AppManifest: Sendable, Equatable {
     public var id: String
     public var exec: [String]
@@ -21,12 +27,29 @@ public struct AppManifest: Sendable, Equatable {
     public var exitsOnSuspend: Bool
     public var workingDirectory: String?
     public var environment: [String: String]
+    /// The user the app runs as; nil: the daemon's (only a per-user daemon allows that).
+    public var user: AccountReference?
+    /// Its primary group; nil: the user's primary group.
+    public var group: AccountReference?
+    /// Its supplementary groups; empty: none but the primary group.
+    public var supplementaryGroups: [AccountReference]
     /// The file it was read from.
     public var path: String
+    /// Set by `ManifestLoader`: the file and every folder above it are owned
+    /// by root and writable by root only, which running an app as root (user,
+    /// group or a supplementary group) requires.
+    public var rootOwned = false
+    /// Compiled into the daemon (the built-in demo), not read from a file: it
+    /// runs as the daemon's user.
+    public var isBuiltIn = false
+
+    /// The most supplementary groups a manifest may name.
+    public static let maximumSupplementaryGroups = 64
 
     public init(
         id: String, exec: [String], backgroundModes: Set<BackgroundMode> = [], accessoryProtocols: [String] = [],
         exitsOnSuspend: Bool = false, workingDirectory: String? = nil, environment: [String: String] = [:],
+        user: AccountReference? = nil, group: AccountReference? = nil, supplementaryGroups: [AccountReference] = [],
         path: String = "<memory>"
     ) {
         self.id = id
@@ -36,6 +59,9 @@ public struct AppManifest: Sendable, Equatable {
         self.exitsOnSuspend = exitsOnSuspend
         self.workingDirectory = workingDirectory
         self.environment = environment
+        self.user = user
+        self.group = group
+        self.supplementaryGroups = supplementaryGroups
         self.path = path
     }
 
@@ -48,6 +74,7 @@ public struct AppManifest: Sendable, Equatable {
 
     static let knownFields: Set<String> = [
         "id", "exec", "background-modes", "accessory-protocols", "exits-on-suspend", "working-directory", "environment",
+        "user", "group", "supplementary-groups",
     ]
 
     /// Parses and validates one manifest file's text.
@@ -89,6 +116,9 @@ public struct AppManifest: Sendable, Equatable {
             exitsOnSuspend: try fields.bool("exits-on-suspend") ?? false,
             workingDirectory: workingDirectory,
             environment: try fields.stringTable("environment") ?? [:],
+            user: try fields.account("user"),
+            group: try fields.account("group"),
+            supplementaryGroups: try fields.accounts("supplementary-groups", limit: maximumSupplementaryGroups) ?? [],
             path: file)
     }
 }

@@ -12,7 +12,10 @@ public enum ManifestLoader {
         public var problems: [ManifestProblem]
     }
 
-    public static func load(directories: [String]) -> Result {
+    /// Reads every manifest of `directories`, refusing folders and files that
+    /// `policy` says could have been written by someone untrusted, and
+    /// manifests whose users it does not allow (see `ManifestPolicy`).
+    public static func load(directories: [String], policy: ManifestPolicy = .perUser) -> Result {
         var manifests: [String: AppManifest] = [:]
         var problems: [ManifestProblem] = []
         for directory in directories {
@@ -27,10 +30,25 @@ public enum ManifestLoader {
                 }
                 continue
             }
+            let folderRootOnly: Bool
+            switch ManifestPathCheck.checkFolder(directory, policy: policy) {
+            case let .success(rootOnly): folderRootOnly = rootOnly
+            case let .failure(problem):
+                if names.contains(where: { $0.hasSuffix(".toml") }) { problems.append(problem) }
+                continue
+            }
             for name in names.sorted() where name.hasSuffix(".toml") {
                 let file = directory + "/" + name
                 do {
-                    let manifest = try AppManifest.parse(try ConfigFile.bytes(file), file: file)
+                    let (bytes, status) = try ConfigFile.contents(file)
+                    if let reason = ManifestPathCheck.problem(status, path: file, isAncestor: false, policy: policy) {
+                        throw ManifestProblem(
+                            file: file, field: nil,
+                            message: "manifest refused, not read: \(reason); a manifest must be owned by root or the daemon's user and writable by them only")
+                    }
+                    var manifest = try AppManifest.parse(bytes, file: file)
+                    manifest.rootOwned = folderRootOnly && ManifestPathCheck.isRootOnly(status, isAncestor: false)
+                    try policy.validate(manifest)
                     if let other = seenHere[manifest.id] {
                         throw ManifestProblem(file: file, field: "id", message: "'\(manifest.id)' is already declared by \(other)")
                     }
