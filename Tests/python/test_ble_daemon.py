@@ -34,6 +34,17 @@ FULL = lambda short: f"0000{short}-0000-1000-8000-00805f9b34fb"  # noqa: E731
 APP = "org.vigil.test.bleapp"
 
 
+
+def extra_threads(daemon):
+    """Threads of a running vigild besides its own two. vigild never runs on
+    Swift's global executor (issue 12: libdispatch's pool would wake it every
+    second), so any name here is a regression."""
+    if daemon.poll() is not None:
+        return []
+    names = sorted(open(f"/proc/{daemon.pid}/task/{tid}/comm").read().strip()
+                   for tid in os.listdir(f"/proc/{daemon.pid}/task"))
+    return [name for name in names if name not in ("vigild", "vigild-loop")]
+
 def missing():
     if not os.path.exists(VIGILD):
         return f"vigild is not built at {VIGILD}"
@@ -88,14 +99,7 @@ class BluetoothCentralTests(unittest.TestCase):
     def tearDown(self):
         for client in self.clients:
             client.close()
-        # vigild never runs on Swift's global executor (issue 12: libdispatch's
-        # pool would wake it every second): it has its own two threads only.
-        if self.daemon.poll() is None:
-            names = sorted(open(f"/proc/{self.daemon.pid}/task/{tid}/comm").read().strip()
-                           for tid in os.listdir(f"/proc/{self.daemon.pid}/task"))
-            extra = [name for name in names if name not in ("vigild", "vigild-loop")]
-        else:
-            extra = []
+        extra = extra_threads(self.daemon)
         self.daemon.terminate()
         try:
             self.daemon.wait(timeout=10)

@@ -18,7 +18,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_ble_daemon import EXAMPLE_APP, PYTHON, REPO, VIGILD, missing  # noqa: E402
+from test_ble_daemon import EXAMPLE_APP, PYTHON, REPO, VIGILD, extra_threads, missing  # noqa: E402
 from vigil_client import ControlClient, VigilError  # noqa: E402
 
 HRS = "0000180d-0000-1000-8000-00805f9b34fb"
@@ -75,14 +75,7 @@ class BluetoothPeripheralTests(unittest.TestCase):
 
     def tearDown(self):
         self.control.close()
-        # vigild never runs on Swift's global executor (issue 12: libdispatch's
-        # pool would wake it every second): it has its own two threads only.
-        if self.daemon.poll() is None:
-            names = sorted(open(f"/proc/{self.daemon.pid}/task/{tid}/comm").read().strip()
-                           for tid in os.listdir(f"/proc/{self.daemon.pid}/task"))
-            extra = [name for name in names if name not in ("vigild", "vigild-loop")]
-        else:
-            extra = []
+        extra = extra_threads(self.daemon)
         self.daemon.terminate()
         try:
             self.daemon.wait(timeout=10)
