@@ -117,12 +117,6 @@ public final class SessionLog {
         if first < count { file.release(offset: SessionLogLayout.headerSize, count: count - first) }
     }
 
-    /// Forgets bytes read and not acknowledged (a log whose counters another
-    /// daemon left inconsistent with its events): the ring is empty at `written`.
-    public func discardUnacknowledged() {
-        acknowledge(upTo: written)
-    }
-
     /// Deletes the file; the object stays usable until released (the mapping
     /// is the process's until then).
     public func remove() {

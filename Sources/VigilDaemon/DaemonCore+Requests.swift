@@ -98,7 +98,7 @@ extension DaemonCore {
             let ack: Acknowledge = try message.decode()
             sessionLogsBeforeAcknowledging(ack.seq, by: app)
             withEngine { engine, now in engine.acknowledge(app, upTo: ack.seq, now: now) }
-            sessionLogsAcknowledged(by: app)
+            removeRetiredLogs(of: app)
             resumeReading(for: app)
         case BeginBackgroundTask.type:
             let request: BeginBackgroundTask = try message.decode()

@@ -71,11 +71,4 @@ public final class MappedFile: @unchecked Sendable {
         guard end > start else { return true }
         return vigil_punch_hole(fd, Int64(start), Int64(end - start)) == 0
     }
-
-    /// Writes dirty pages of a range to the device and waits (power-loss safety).
-    public func sync(offset: Int, count: Int) throws(SystemError) {
-        let page = Int(sysconf(Int32(_SC_PAGESIZE)))
-        let start = offset / page * page
-        try check("msync", path: path) { msync(base + start, offset + count - start, MS_SYNC) }
-    }
 }

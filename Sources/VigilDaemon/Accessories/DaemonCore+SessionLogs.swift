@@ -117,12 +117,6 @@ extension DaemonCore {
         }
     }
 
-    /// After an app's acknowledgement: logs of ended sessions that no queued
-    /// event names any more are deleted.
-    func sessionLogsAcknowledged(by app: String) {
-        removeRetiredLogs(of: app)
-    }
-
     /// A session ended for good: what it read and did not announce becomes
     /// events now, and its log stays until the app acknowledged them (its
     /// next process gets them if this one died).
@@ -137,7 +131,9 @@ extension DaemonCore {
         }
     }
 
-    private func removeRetiredLogs(of app: String) {
+    /// After an app's acknowledgement: logs of ended sessions that no queued
+    /// event names any more are deleted.
+    func removeRetiredLogs(of app: String) {
         let retired = accessoryState.retiredLogs.filter { $0.value == app }.keys
         guard !retired.isEmpty else { return }
         let queued = engine.queuedEvents(of: app)
