@@ -94,24 +94,37 @@ public final class SessionLog {
         return SessionLogLayout.copy(from: file.base, offset: offset, length: count)
     }
 
+    /// Whether pages that hold only acknowledged bytes may still be resident
+    /// (`releaseAcknowledgedPages` gives them back).
+    public private(set) var holdsAcknowledgedPages = false
+
     /// The holder is done with everything before `offset`: its room is free
-    /// again, and the pages that held it go back to the kernel (the file is
-    /// sparse again), so an idle session holds no data memory.
+    /// again. The pages stay resident (the next lap of the ring writes into
+    /// them without a page fault) until `releaseAcknowledgedPages`, which the
+    /// daemon calls once the session goes quiet.
     public func acknowledge(upTo offset: UInt64) {
-        let previous = acknowledged
-        guard offset > previous else { return }
+        guard offset > acknowledged else { return }
         precondition(offset <= written, "acknowledging bytes never written")
         SessionLogLayout.store(offset, .acknowledged, to: file.base)
-        if offset == written {
-            // Nothing left unacknowledged: no page of the ring holds a byte
-            // anyone needs (the next read writes afresh), partial pages at the
-            // range's ends included, so an idle session keeps no data page.
+        holdsAcknowledgedPages = true
+    }
+
+    /// Gives every page of the ring that holds no unacknowledged byte back to
+    /// the kernel (the file is sparse there again), so a quiet session keeps
+    /// no data memory: with nothing unacknowledged, the whole ring, partial
+    /// pages at the ends included (the next read writes afresh).
+    public func releaseAcknowledgedPages() {
+        guard holdsAcknowledgedPages else { return }
+        holdsAcknowledgedPages = false
+        let buffered = self.buffered
+        guard buffered > 0 else {
             file.release(offset: SessionLogLayout.headerSize, count: capacity)
             return
         }
-        // The freed stream range [previous, offset), as one or two ring pieces.
-        let start = Int(previous % UInt64(capacity))
-        let count = Int(offset - previous)
+        // The free part of the ring, [written, acknowledged + capacity), as one
+        // or two pieces; `release` keeps the partial pages at its ends.
+        let start = Int(written % UInt64(capacity))
+        let count = capacity - buffered
         let first = min(count, capacity - start)
         file.release(offset: SessionLogLayout.headerSize + start, count: first)
         if first < count { file.release(offset: SessionLogLayout.headerSize, count: count - first) }

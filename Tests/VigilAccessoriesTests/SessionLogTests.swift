@@ -124,20 +124,39 @@ struct SessionLogTests {
         #expect(SessionLogLayout.problem(in: log.file.base, size: log.file.size)?.contains("out of range") == true)
     }
 
-    @Test func acknowledgedPagesAreGivenBack() throws {
+    @Test func acknowledgedPagesAreGivenBackWhenReleased() throws {
         let scratch = Scratch()
         let log = try SessionLog.openOrCreate(path: scratch.log, capacity: 16 * Self.page).log
         Self.feed(log, Self.pattern(16 * Self.page))
         let full = try Self.allocatedBlocks(scratch.log)
         // Half a page more than 8 pages: the 8 whole ones go, the partial one stays.
         log.acknowledge(upTo: UInt64(8 * Self.page + Self.page / 2))
+        // Acknowledging alone keeps the pages (the next lap reuses them).
+        #expect(try Self.allocatedBlocks(scratch.log) == full)
+        #expect(log.holdsAcknowledgedPages)
+        log.releaseAcknowledgedPages()
+        #expect(!log.holdsAcknowledgedPages)
         let partial = try Self.allocatedBlocks(scratch.log)
         #expect(full - partial == 8 * Self.page / 512, "blocks \(full) -> \(partial)")
         #expect(log.bytes(from: log.acknowledged, count: log.buffered) == Self.pattern(log.buffered, from: Int(log.acknowledged)))
         // All acknowledged: only the header page is left.
         log.acknowledge(upTo: log.written)
+        log.releaseAcknowledgedPages()
         #expect(try Self.allocatedBlocks(scratch.log) == Self.page / 512)
         #expect(log.buffered == 0)
+    }
+
+    @Test func releasingAWrappedRingKeepsEveryUnacknowledgedByte() throws {
+        let scratch = Scratch()
+        let log = try SessionLog.openOrCreate(path: scratch.log, capacity: 16 * Self.page).log
+        Self.feed(log, Self.pattern(16 * Self.page))
+        log.acknowledge(upTo: UInt64(10 * Self.page))
+        Self.feed(log, Self.pattern(4 * Self.page, from: 16 * Self.page))
+        let full = try Self.allocatedBlocks(scratch.log)
+        // Unacknowledged: ring pages 10..<16 and 0..<4; free: 4..<10.
+        log.releaseAcknowledgedPages()
+        #expect(full - (try Self.allocatedBlocks(scratch.log)) == 6 * Self.page / 512)
+        #expect(log.bytes(from: log.acknowledged, count: log.buffered) == Self.pattern(10 * Self.page, from: 10 * Self.page))
     }
 
     static func allocatedBlocks(_ path: String) throws -> Int {

@@ -150,7 +150,11 @@ func direct(node: String, bytes: Int, burstBytes: Int) throws {
             exit(1)
         }
     }
-    say(tally.json)
+    // The reader's own CPU, to set against vigild's and the app's (the bench prints both).
+    var usage = rusage()
+    getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
+    let cpu = Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+    say(String(tally.json.dropLast()) + ",\"cpuSeconds\":\(cpu)}")
 }
 
 func runApp(_ options: Options) async throws {

@@ -11,6 +11,8 @@ struct AccessoryState {
     var udev: Udev?
     var monitor: UdevMonitor?
     var monitorWatch: WatchID?
+    /// Why udev could not be used, if it could not (for `status`).
+    var udevProblem: String?
     var registry: AccessoryRegistry
     var sessions = SessionTable()
     var ports: [Int: OpenPort] = [:]
@@ -51,6 +53,10 @@ final class OpenLog {
     var announced: UInt64
     /// `acknowledged` when the app was last woken for held-back data (see `wakeIfHeldBack`).
     var acknowledgedAtHeldBackWake: UInt64?
+    /// Armed while pages of acknowledged bytes are resident (see `releaseWhenQuiet`).
+    var releaseTimer: TimerID?
+    /// `written` when `releaseTimer` was armed: more since means not quiet.
+    var writtenAtReleaseArm: UInt64 = 0
 
     init(_ log: SessionLog) {
         self.log = log

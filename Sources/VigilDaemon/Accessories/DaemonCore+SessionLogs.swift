@@ -67,6 +67,7 @@ extension DaemonCore {
             let bytes = open.log.bytes(from: open.announced, count: count)
             open.announced = open.log.written
             open.log.acknowledge(upTo: open.announced)
+            releaseWhenQuiet(session)
             if let connection = connections[connectionID] { send(SessionData(session: session), body: bytes, to: connection) }
         case let .app(app):
             if !all, engine.queuedEvents(of: app).contains(where: { $0.seq > acknowledging && Self.isData($0, of: session) }) { return }
@@ -114,6 +115,33 @@ extension DaemonCore {
                 .filter { $0.offset >= queue.sentCount || $0.element.seq > seq }
                 .compactMap { Self.logRange(of: $0.element, session: record.id) }
             open.log.acknowledge(upTo: remaining.first?.lowerBound ?? open.announced)
+            releaseWhenQuiet(record.id)
+        }
+    }
+
+    /// How long a session reads nothing before the pages of its acknowledged
+    /// bytes go back to the kernel. While bytes stream, the ring's pages are
+    /// written over in place: giving them back after every acknowledgement
+    /// made each read fault in fresh pages (ext4 `page_mkwrite`) and each app
+    /// copy fault them into its mapping again.
+    static let quietBeforeRelease: Duration = .seconds(1)
+
+    /// After an acknowledgement: the log's acknowledged pages go back once the
+    /// session has been quiet for `quietBeforeRelease`. A timer runs only
+    /// while such pages are resident, so an idle daemon has none.
+    func releaseWhenQuiet(_ session: Int) {
+        guard let open = accessoryState.logs[session], open.log.holdsAcknowledgedPages, open.releaseTimer == nil else { return }
+        open.writtenAtReleaseArm = open.log.written
+        open.releaseTimer = loop.schedule(after: Self.quietBeforeRelease) { [unowned self] in
+            self.assumeIsolated { core in
+                guard let open = core.accessoryState.logs[session] else { return }
+                open.releaseTimer = nil
+                if open.log.written == open.writtenAtReleaseArm {
+                    open.log.releaseAcknowledgedPages()
+                } else {
+                    core.releaseWhenQuiet(session)  // still streaming
+                }
+            }
         }
     }
 
@@ -123,6 +151,8 @@ extension DaemonCore {
     func retireLog(_ session: Int, holder: SessionHolder) {
         announce(session, all: true)
         guard let open = accessoryState.logs.removeValue(forKey: session) else { return }
+        if let timer = open.releaseTimer { loop.cancelTimer(timer) }
+        open.log.releaseAcknowledgedPages()
         if case let .app(app) = holder,
            engine.queuedEvents(of: app).contains(where: { Self.logRange(of: $0, session: session) != nil }) {
             accessoryState.retiredLogs[session] = app

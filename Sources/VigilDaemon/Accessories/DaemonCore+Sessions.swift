@@ -242,13 +242,13 @@ extension DaemonCore {
     /// the holder has room. When the log is full (bytes read and not yet
     /// acknowledged), reading stops: the tty's own buffer fills and flow
     /// control holds the device. What one readiness yields (up to 16 reads) is
-    /// announced once.
+    /// announced after its first read and at its end.
     private func readPort(_ session: Int, _ port: OpenPort) {
         guard let record = accessoryState.sessions.sessions[session], let open = accessoryState.logs[session] else { return }
         if case let .app(app) = record.holder, !canBuffer(session, app: app) { return pauseReading(session, port) }
         // A bounded number of reads per readiness, so one busy device cannot
         // starve the loop; epoll is level-triggered and calls again.
-        for _ in 0..<16 {
+        for round in 0..<16 {
             guard !open.log.isFull else {
                 announce(session)
                 return pauseReading(session, port)
@@ -276,6 +276,10 @@ extension DaemonCore {
                 return endSession(session, reason: "the device hung up", keepForReopen: record.reopen)
             case let .bytes(count):
                 port.bytesIn += UInt64(count)
+                // The first read of a readiness is announced at once (if no
+                // event of the session is queued): a suspended app's wake then
+                // overlaps the reads that follow instead of waiting for them.
+                if round == 0 { announce(session) }
             }
         }
         announce(session)
