@@ -33,6 +33,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     ],
     targets: [
         // Bottom layer: the few syscalls Swift cannot reach directly.
@@ -82,6 +84,8 @@ let package = Package(
                 "VigilSystem", "VigilProtocol", "VigilLifecycle", "VigilAccessories", "VigilUdev", "VigilSerial",
                 "VigilBluetooth",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
             ],
             swiftSettings: strict
         ),
@@ -101,10 +105,13 @@ let package = Package(
             dependencies: ["VigilProtocol", "VigilSystem"],
             swiftSettings: strict
         ),
+        // The decision log as a picture and a trace (vigilctl timeline).
+        .target(name: "VigilTimeline", dependencies: ["VigilProtocol"], swiftSettings: strict),
         .executableTarget(
             name: "vigilctl",
             dependencies: [
                 "VigilKit",
+                "VigilTimeline",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strict
@@ -174,6 +181,7 @@ let package = Package(
             name: "FuzzTOML", dependencies: ["FuzzSupport", "VigilLifecycle", "VigilProtocol", "VigilTOML"], path: "Sources/Fuzz/FuzzTOML",
             swiftSettings: strict),
 
+        .testTarget(name: "VigilTimelineTests", dependencies: ["VigilTimeline"], swiftSettings: strict),
         .testTarget(name: "VigilSystemTests", dependencies: ["VigilSystem"], swiftSettings: strict),
         .testTarget(name: "VigilProtocolTests", dependencies: ["VigilProtocol"], swiftSettings: strict),
         .testTarget(name: "VigilTOMLTests", dependencies: ["VigilTOML"], swiftSettings: strict),

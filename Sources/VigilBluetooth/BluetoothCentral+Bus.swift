@@ -39,6 +39,7 @@ extension BluetoothCentral {
                 self?.assumeIsolated { $0.bluezOwnerChanged(message) }
             }
             bus = connection
+            busProblem = nil
             stopWaitingForBus()
             reconnectDelay = .milliseconds(500)
             busUnavailableLogged = false
@@ -65,6 +66,7 @@ extension BluetoothCentral {
     /// is retried on a timer, backing off to every 10 s.
     private func waitForBus(after error: any Error) {
         guard !stopped else { return }
+        busProblem = (error as? DBusError)?.message ?? "\(error)"
         let address = busAddress ?? DBusAddress.system
         if busWatchers.isEmpty {
             busWatchers = DBusAddress.socketPaths(address).compactMap { path in
@@ -319,6 +321,36 @@ extension BluetoothCentral {
 
     public var adapterName: String? { adapter?.name }
 
+    /// Which link of bus, bluetoothd, adapter and power is missing, in words
+    /// an administrator can act on (`vigilctl status`, `vigilctl ble scan`).
+    public var health: BluetoothHealth {
+        let address = busAddress ?? DBusAddress.system
+        // Connecting (at start, or again after the bus went): not known to be missing yet.
+        if connectingBus || (bus == nil && busProblem == nil) {
+            return BluetoothHealth(condition: .starting, detail: "connecting to the system bus at \(address)")
+        }
+        guard bus != nil else {
+            let why = busProblem.map { ": \($0)" } ?? ""
+            return BluetoothHealth(condition: .noBus, detail: "cannot reach the system bus at \(address)\(why)")
+        }
+        guard bluezOwner != nil else {
+            return BluetoothHealth(
+                condition: .noBluetoothd, detail: "bluetoothd is not running (\(BlueZ.service) is not on the system bus)")
+        }
+        guard !loading else {
+            return BluetoothHealth(condition: .starting, detail: "bluetoothd (re)appeared; loading its objects")
+        }
+        guard let adapter else {
+            return BluetoothHealth(condition: .noAdapter, detail: "bluetoothd runs but has no Bluetooth adapter")
+        }
+        guard adapter.powered else {
+            return BluetoothHealth(
+                condition: .poweredOff, adapter: adapter.name,
+                detail: "adapter \(adapter.name) is powered off (e.g. `bluetoothctl power on`, or check `rfkill list`)")
+        }
+        return BluetoothHealth(condition: .poweredOn, adapter: adapter.name, detail: "adapter \(adapter.name) is powered on")
+    }
+
     /// The bus and adapter the peripheral role publishes through, while BlueZ is there.
     func roleAccess() -> (bus: DBusConnection, adapter: ObjectPath)? {
         guard let bus, bluezOwner != nil, !loading, let adapter else { return nil }
@@ -331,6 +363,7 @@ extension BluetoothCentral {
         guard now != lastState else { return }
         log("bluetooth: state \(lastState.rawValue) -> \(now.rawValue)")
         lastState = now
+        delegate?.bluetoothStateChanged(now)
         // Apps with only a peripheral manager hear of the adapter too.
         let publishers = peripheral?.assumeIsolated { Array($0.clients.keys) } ?? []
         for client in Set(clients.keys).union(publishers) {

@@ -30,6 +30,8 @@ public actor BluetoothCentral {
     var signalsWhileLoading: [DBusMessage] = []
     var reconnectDelay: Duration = .milliseconds(500)
     var busUnavailableLogged = false
+    /// Why the last attempt to reach the bus failed, while there is no bus (for `health`).
+    var busProblem: String?
     /// A connection attempt is under way (one at a time).
     var connectingBus = false
     /// While there is no bus: watches for its socket to appear (inotify).

@@ -26,9 +26,13 @@ public protocol BluetoothDelegate: AnyObject, Sendable {
     /// on the loop. By default each is emitted as a `ble.notification` of its own.
     func bluetooth(notifications values: [[UInt8]], of path: CharacteristicPath, to client: BluetoothClient)
     func bluetoothClientIsForeground(_ client: BluetoothClient) -> Bool
+    /// The central's `state` changed (on the loop); by default nothing is done.
+    func bluetoothStateChanged(_ state: BluetoothState)
 }
 
 extension BluetoothDelegate {
+    public func bluetoothStateChanged(_ state: BluetoothState) {}
+
     public func bluetooth(notifications values: [[UInt8]], of path: CharacteristicPath, to client: BluetoothClient) {
         let content = BluetoothEventContent.notification(path)
         for value in values {

@@ -50,17 +50,17 @@ extension DaemonCore {
     }
 
     private func readFrames(from connection: ClientConnection) {
-        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        let buffer = ClientConnection.readBuffer.bytes
         let count: Int?
         do {
-            count = try buffer.withUnsafeMutableBytes { try connection.stream.read(into: $0) }
+            count = try connection.stream.read(into: buffer)
         } catch {
             return close(connection)
         }
         guard let count else { return }
         guard count > 0 else { return close(connection) }  // EOF
         if connection.isClosing { return }  // draining after a fatal error
-        connection.decoder.append(buffer[0..<count])
+        connection.decoder.append(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
         while connections[connection.id] != nil, !connection.isClosing {
             let frame: Frame?
             do {

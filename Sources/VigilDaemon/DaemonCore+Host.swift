@@ -44,7 +44,7 @@ extension DaemonCore: LifecycleHost {
     }
 
     nonisolated func record(_ decision: Decision) {
-        assumeIsolated { $0.decisions.append(decision) }
+        assumeIsolated { $0.recordDecision(decision) }
     }
 
     nonisolated func stateChanged(_ app: String, from old: AppState, to new: AppState) {
@@ -59,16 +59,10 @@ extension DaemonCore {
         // Who it runs as, resolved now: an account made after the manifest was read is found.
         let identity = try identity(of: manifest)
         appIdentities[manifest.id] = identity
-        // Opened here, as the daemon, before the child drops its privileges:
-        // the app writes to it without needing any right on the log folder.
-        let log = open(logPath(of: manifest.id), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0o640)
-        guard log >= 0 else {
-            throw DaemonError("cannot open log \(logPath(of: manifest.id)): \(String(cString: strerror(errno)))")
-        }
-        defer { Glibc.close(log) }
         let runAs = identity.credentials == nil ? "" : " as \(identity.summary)"
-        let banner = "--- \(Date()) vigild: starting \(manifest.exec.joined(separator: " "))\(runAs) (reason: \(launch.reason.rawValue))\n"
-        _ = banner.withCString { Glibc.write(log, $0, strlen($0)) }
+        let banner = "vigild: starting \(manifest.exec.joined(separator: " "))\(runAs) (reason: \(launch.reason.rawValue))"
+        let output = try openAppOutput(manifest.id, banner: banner)
+        defer { Glibc.close(output.fd) }
 
         var environment = SpawnRequest.currentEnvironment()
         if identity.credentials != nil {
@@ -79,6 +73,8 @@ extension DaemonCore {
             environment.merge(identity.environment) { _, user in user }
         }
         environment.merge(manifest.environment) { _, app in app }
+        // Set only when its output is the journal: the daemon's own names the daemon's stderr.
+        environment["JOURNAL_STREAM"] = output.journalStream
         environment["VIGIL_SOCKET"] = socketPath
         environment["VIGIL_APP_ID"] = manifest.id
         environment["VIGIL_LAUNCH_REASON"] = launch.reason.rawValue
@@ -87,7 +83,7 @@ extension DaemonCore {
             // An app of another user starts in "/" unless told otherwise, not in the daemon's folder.
             workingDirectory: manifest.workingDirectory ?? (identity.credentials == nil ? nil : "/"),
             cgroup: try suspender.prepareSpawn(for: manifest.id),
-            output: log, newSession: true, name: manifest.id, credentials: identity.credentials)
+            output: output.fd, newSession: true, name: manifest.id, credentials: identity.credentials)
         let process = try ProcessSpawner.spawn(request)
         // Recorded at once, for the next daemon should this one die.
         let startTime = ProcessStat.read(process.pid)?.startTime ?? 0
@@ -105,10 +101,14 @@ extension DaemonCore {
         processes[app] = process
     }
 
+    /// Notes a freeze or thaw. `processes.json` is not rewritten for it: a
+    /// successor reads whether an app is stopped from the system itself
+    /// (`cgroup.freeze`, or state `T` in /proc), and rewriting (and, through
+    /// Foundation's atomic write, fsyncing) the whole file twice per wake was
+    /// most of a wake's cost, growing with the number of apps.
     func markStopped(_ app: String, _ stopped: Bool) {
-        guard processes[app] != nil, processes[app]!.stopped != stopped else { return }
+        guard processes[app] != nil else { return }
         processes[app]!.stopped = stopped
-        saveProcessRecords()
     }
 
     func processEnded(_ app: String, pid: Int32) {
@@ -162,10 +162,12 @@ extension DaemonCore {
     }
 
     func dispatchStateChanges() {
+        guard !pendingStateChanges.isEmpty else { return }
         while !pendingStateChanges.isEmpty {
             let (app, old, new) = pendingStateChanges.removeFirst()
             accessoriesAppStateChanged(app, from: old, to: new)
             if new == .notRunning { bluetoothAppEnded(app) }
         }
+        updateSystemdStatus()
     }
 }

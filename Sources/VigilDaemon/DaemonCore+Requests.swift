@@ -100,6 +100,7 @@ extension DaemonCore {
             withEngine { engine, now in engine.acknowledge(app, upTo: ack.seq, now: now) }
             removeRetiredLogs(of: app)
             resumeReading(for: app)
+            metricsEndpoint?.metrics.acknowledged(by: app, now: now)
         case BeginBackgroundTask.type:
             let request: BeginBackgroundTask = try message.decode()
             let task = try withEngine { engine, now in engine.beginBackgroundTask(app, name: request.name, now: now) }
@@ -119,6 +120,7 @@ extension DaemonCore {
             let seconds = try withEngine { engine, now in engine.backgroundTimeRemaining(app, now: now) }
             send(BackgroundTimeRemaining(seconds: seconds), id: message.id, to: connection)
         default:
+            if try handleRefreshRequest(message, app: app, connection: connection) { return }
             if try handleAccessoryRequest(message, holder: .app(app), connection: connection) { return }
             if try handleBluetoothRequest(message, client: .app(app), connection: connection) { return }
             throw ProtocolError(.unknownMessage, "unknown message type '\(message.type)' for an app", id: message.id)
@@ -163,7 +165,10 @@ extension DaemonCore {
             send(EventAccepted(seq: result.seq, disposition: result.disposition.rawValue), id: message.id, to: connection)
         case LogRequest.type:
             let request: LogRequest = try message.decode()
-            send(DecisionLog(decisions: decisions.recent(app: request.app, limit: request.limit)), id: message.id, to: connection)
+            if let since = request.since, !since.isFinite {
+                throw ProtocolError(.invalidArgument, "log: since must be a finite time (seconds since the epoch)", id: message.id)
+            }
+            answerLog(request, id: message.id, connection: connection)
         case ReloadRequest.type:
             reloadManifests()
             send(ReloadResult(apps: engine.apps.keys.sorted(), problems: manifestProblems), id: message.id, to: connection)
@@ -180,13 +185,13 @@ extension DaemonCore {
             suspension: suspender.mechanism, suspensionDetail: suspender.detail, cgroupRoot: suspender.cgroupRoot,
             apps: engine.apps.count, manifestProblems: manifestProblems, timings: config.timings.asDictionary,
             uptime: Double((MonotonicInstant.now() - started).components.seconds), onStop: onStop.rawValue,
-            portKeeper: portKeeperStatus)
+            portKeeper: portKeeperStatus, bluetooth: bluetoothHealth, udev: udevHealth)
     }
 
     func appInfo(_ id: String) -> AppInfo? {
         guard let app = engine.apps[id] else { return nil }
         let now = self.now
-        return AppInfo(
+        var info = AppInfo(
             id: id, state: app.state, pid: app.pid, backgroundModes: app.manifest.backgroundModes.sorted { $0.rawValue < $1.rawValue },
             exitsOnSuspend: app.manifest.exitsOnSuspend, forceQuit: app.forceQuit, wakes: app.wakes, launches: app.launches,
             backgroundTimeUsed: engine.backgroundTimeUsed(id, now: now),
@@ -195,5 +200,10 @@ extension DaemonCore {
             droppedEvents: app.queue.totalDropped, lastDecision: app.lastDecision?.action.rawValue,
             lastReason: app.lastDecision?.reason, launchReason: app.launch?.reason, logPath: logPath(of: id),
             manifestPath: app.manifest.path)
+        if let refresh = app.refresh {
+            info.nextRefresh = Double(refresh.due - min(refresh.due, now)) / 1e9
+            info.refreshInterval = Double(refresh.stretchedInterval) / 1e9
+        }
+        return info
     }
 }

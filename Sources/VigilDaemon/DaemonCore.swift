@@ -12,7 +12,7 @@ import VigilSystem
 /// and timer handlers (which run on that thread) enter it synchronously with
 /// `assumeIsolated`, and everything the engine decides happens in one order.
 actor DaemonCore {
-    static let version = "vigild/0.1.0"
+    static let version = "vigild/\(VigilVersion.current)"
 
     nonisolated let loop: EventLoop
     nonisolated var unownedExecutor: UnownedSerialExecutor { loop.asUnownedSerialExecutor() }
@@ -39,6 +39,8 @@ actor DaemonCore {
 
     var listener: UnixListener?
     var listenerWatch: WatchID?
+    /// The metrics endpoint, when configured (`DaemonCore+Metrics`).
+    var metricsEndpoint: MetricsEndpoint?
     var connections: [Int: ClientConnection] = [:]
     var nextConnectionID = 1
     /// The connection each app is currently talking on.
@@ -67,6 +69,13 @@ actor DaemonCore {
     var stopping = false
     /// The built-in demo's next step (`DemoDriver`).
     var demoTimer: TimerID?
+    /// systemd's notification socket and watchdog (`DaemonCore+Systemd.swift`).
+    let systemd: SystemdLink
+    /// The last STATUS= line sent to systemd.
+    var systemdStatus: String?
+    var watchdog: SystemdWatchdog?
+    /// The listening socket systemd passed (socket activation), used instead of binding one.
+    var passedListener: UnixListener?
 
     struct AppProcess {
         var pid: Int32
@@ -82,9 +91,11 @@ actor DaemonCore {
 
     init(
         config: DaemonConfig, socketPath: String, configFile: String?, onStop: StopPolicy? = nil, portKeeper: [String]? = nil,
-        loop: EventLoop, logger: Logger
+        loop: EventLoop, logger: Logger, systemd: SystemdLink = SystemdLink(), passedListener: UnixListener? = nil
     ) {
         self.config = config
+        self.systemd = systemd
+        self.passedListener = passedListener
         self.onStop = onStop ?? config.onStop
         self.portKeeperCommand = portKeeper
         self.socketPath = socketPath
@@ -137,15 +148,17 @@ actor DaemonCore {
         for directory in [config.stateDirectory, config.logDirectory] {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         }
+        attachDecisionLog()
         if demo { builtInManifests = DemoDriver.manifests(stateDirectory: config.stateDirectory) }
         logSecurityMode()
         reloadManifests()
         let saved = stateStore.load(logger: logger)
-        engine.restore(saved.apps)
+        engine.restore(saved.apps, now: now)
         stateStore.open(engine: engine, bluetooth: saved.bluetooth, logger: logger)
         // Listening before any app is woken or launched (nothing is accepted
         // before `start` returns: this runs on the loop's thread).
-        let listener = try UnixListener.bind(path: socketPath, permissions: 0o666)
+        let listener = try passedListener ?? UnixListener.bind(path: socketPath, permissions: 0o666)
+        passedListener = nil
         self.listener = listener
         listenerWatch = try loop.watch(listener.fd, for: .readable) { [unowned self] _ in
             self.assumeIsolated { $0.acceptClients() }
@@ -156,6 +169,7 @@ actor DaemonCore {
         connectPortKeeper()
         restoreSessions()
         startBluetooth(restoring: saved.bluetooth)
+        startMetrics()
         logger.notice("listening", metadata: [
             "socket": "\(socketPath)", "suspension": "\(suspender.mechanism.rawValue)", "detail": "\(suspender.detail)",
         ])
@@ -170,6 +184,7 @@ actor DaemonCore {
         if let listenerWatch { loop.removeWatch(listenerWatch) }
         listener?.close()
         listener = nil
+        stopMetrics()
         if let engine {
             switch onStop {
             case .leave:

@@ -7,6 +7,9 @@ import VigilSystem
 /// then stops cleanly: no app is left frozen or stopped (they are left for
 /// adoption or ended, as `onStop` says), and the socket is removed. SIGHUP
 /// reloads the manifests, as `vigilctl reload` does.
+/// Under systemd it says when it is ready, reloading and stopping, keeps the
+/// watchdog fed from the loop, and serves a socket systemd passed
+/// (`DaemonCore+Systemd.swift`, docs/systemd.md).
 ///
 /// The whole daemon runs on one thread, the event loop's, and never on Swift's
 /// global concurrent executor or any libdispatch queue: those start
@@ -33,6 +36,8 @@ public struct VigilDaemonService: Sendable {
     /// own `--fd-keeper`; nil runs without one (a SIGKILL then loses what a
     /// port had received and the daemon had not read yet).
     public let portKeeper: [String]?
+    /// What systemd passed: a notification socket, a watchdog, a listening socket.
+    public let systemd: SystemdEnvironment
 
     /// The signals `run` handles: graceful stop, and reload.
     public static let stopSignals: [Int32] = [SIGTERM, SIGINT]
@@ -40,9 +45,10 @@ public struct VigilDaemonService: Sendable {
 
     public init(
         config: DaemonConfig, socketPath: String, configFile: String?, demo: Bool, onStop: StopPolicy? = nil,
-        portKeeper: [String]? = nil, logger: Logger
+        portKeeper: [String]? = nil, logger: Logger, systemd: SystemdEnvironment = SystemdEnvironment()
     ) {
         self.config = config
+        self.systemd = systemd
         self.portKeeper = portKeeper
         self.onStop = onStop ?? config.onStop
         self.socketPath = socketPath
@@ -58,10 +64,13 @@ public struct VigilDaemonService: Sendable {
     public func run() throws {
         let signals = try SignalFD(signals: Self.stopSignals + [Self.reloadSignal])
         defer { signals.close() }
+        let link = try SystemdLink(
+            notifier: systemd.notifySocket.map { try SystemdNotifier(socket: $0) }, watchdogInterval: systemd.watchdogInterval)
+        let passed = try passedListener()
         let loop = try EventLoop(name: "vigild-loop")
         let core = DaemonCore(
-            config: config, socketPath: socketPath, configFile: configFile, onStop: onStop, portKeeper: portKeeper, loop: loop,
-            logger: logger)
+            config: config, socketPath: passed?.path ?? socketPath, configFile: configFile, onStop: onStop, portKeeper: portKeeper,
+            loop: loop, logger: logger, systemd: link, passedListener: passed)
         let failure = Locked<(any Error)?>(nil)
         let demo = self.demo
         loop.start()
@@ -70,6 +79,7 @@ public struct VigilDaemonService: Sendable {
                 do {
                     try core.start(demo: demo)
                     try core.watchSignals(signals)
+                    core.systemdReady()
                 } catch {
                     // As before: a daemon that could not start (e.g. its socket
                     // is another daemon's) must not stop that one's apps.
@@ -82,6 +92,22 @@ public struct VigilDaemonService: Sendable {
         }
         loop.waitUntilStopped()
         if let error = failure.withLock({ $0 }) { throw error }
+    }
+
+    /// The listening socket systemd passed (socket activation, `vigild.socket`),
+    /// if any: exactly one, a Unix stream socket that listens. vigild then
+    /// serves it instead of binding `socketPath`, and leaves its file alone.
+    private func passedListener() throws -> UnixListener? {
+        guard let passed = systemd.listenFDs.first else { return nil }
+        guard systemd.listenFDs.count == 1 else {
+            let names = systemd.listenFDs.map { "\($0.fd) (\($0.name))" }.joined(separator: ", ")
+            throw DaemonError("systemd passed \(systemd.listenFDs.count) sockets (\(names)); vigild serves exactly one: give its socket unit one ListenStream=")
+        }
+        let listener = try UnixListener.adopt(fd: passed.fd)
+        if listener.path != socketPath {
+            logger.notice("serving the socket systemd passed, \(listener.path), instead of \(socketPath)")
+        }
+        return listener
     }
 }
 
@@ -101,13 +127,16 @@ extension DaemonCore {
         let name = String(cString: strsignal(signal))
         if signal == VigilDaemonService.reloadSignal {
             logger.notice("\(name): reloading the manifests")
+            systemdReloading()
             reloadManifests()
+            systemdReloaded()
             return
         }
         guard !stopping else {
             logger.notice("\(name): already stopping")
             return
         }
+        systemdStopping()
         stopping = true
         logger.notice("\(name): stopping")
         let loop = self.loop

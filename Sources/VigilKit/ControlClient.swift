@@ -54,8 +54,25 @@ public final class ControlClient: Sendable {
     }
 
     /// The decision log, oldest first; optionally one app's, optionally only the last `limit`.
-    public func log(app: String? = nil, limit: Int? = nil) async throws -> [DecisionRecord] {
-        try await connection.request(LogRequest(app: app, limit: limit), expecting: DecisionLog.self).decisions
+    public func log(app: String? = nil, limit: Int? = nil, since: Double? = nil) async throws -> [DecisionRecord] {
+        try await connection.request(LogRequest(app: app, limit: limit, since: since), expecting: DecisionLog.self).decisions
+    }
+
+    /// The decision log kept so far (as `log`), then each new decision as it
+    /// is made; the stream ends when the connection does.
+    public func followLog(app: String? = nil, limit: Int? = nil, since: Double? = nil) async throws
+        -> (decisions: [DecisionRecord], updates: AsyncStream<DecisionRecord>) {
+        let (updates, continuation) = AsyncStream.makeStream(of: DecisionRecord.self)
+        let pushes = self.pushes
+        do {
+            let log = try await connection.request(
+                LogRequest(app: app, limit: limit, since: since, follow: true), expecting: DecisionLog.self
+            ) { _ in pushes.addDecisionFollower(continuation) }
+            return (log.decisions, updates)
+        } catch {
+            continuation.finish()
+            throw error
+        }
     }
 
     /// Rereads the manifest directories.

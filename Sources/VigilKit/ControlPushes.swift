@@ -15,6 +15,7 @@ final class ControlPushes: Sendable {
         var sessions: [Int: AsyncStream<ControlSession.Output>.Continuation] = [:]
         var bluetooth: [Int: AsyncStream<CentralEvent>.Continuation] = [:]
         var peripheral: [Int: AsyncStream<PeripheralManagerEvent>.Continuation] = [:]
+        var decisions: [Int: AsyncStream<DecisionRecord>.Continuation] = [:]
         var isClosed = false
     }
 
@@ -32,6 +33,9 @@ final class ControlPushes: Sendable {
 
     private func route(_ message: IncomingMessage) throws(ProtocolError) {
         switch message.type {
+        case DecisionPushed.type:
+            let record = try message.decode(DecisionPushed.self).decision
+            for follower in state.withLock({ Array($0.decisions.values) }) { follower.yield(record) }
         case AccessoryEvent.type:
             let event = try message.decode(AccessoryEvent.self)
             for watcher in state.withLock({ Array($0.watchers.values) }) { watcher.yield(event) }
@@ -94,6 +98,19 @@ final class ControlPushes: Sendable {
     }
 
     /// A watch began: called with its reply, before any later push is read.
+    func addDecisionFollower(_ continuation: AsyncStream<DecisionRecord>.Continuation) {
+        let id = state.withLock { state -> Int? in
+            guard !state.isClosed else { return nil }
+            defer { state.nextWatcher += 1 }
+            state.decisions[state.nextWatcher] = continuation
+            return state.nextWatcher
+        }
+        guard let id else { return continuation.finish() }
+        continuation.onTermination = { [weak self] _ in
+            self?.state.withLock { _ = $0.decisions.removeValue(forKey: id) }
+        }
+    }
+
     func addWatcher(_ continuation: AsyncStream<AccessoryEvent>.Continuation) {
         let id = state.withLock { state -> Int? in
             guard !state.isClosed else { return nil }
@@ -123,16 +140,19 @@ final class ControlPushes: Sendable {
     }
 
     private func closeAll(_ reason: String) {
-        let (watchers, sessions, bluetooth, peripheral) = state.withLock { state in
+        let (watchers, sessions, bluetooth, peripheral, decisions) = state.withLock { state in
             state.isClosed = true
             defer {
+                state.decisions = [:]
                 state.watchers = [:]
                 state.sessions = [:]
                 state.bluetooth = [:]
                 state.peripheral = [:]
             }
-            return (Array(state.watchers.values), Array(state.sessions.values), Array(state.bluetooth.values), Array(state.peripheral.values))
+            return (Array(state.watchers.values), Array(state.sessions.values), Array(state.bluetooth.values), Array(state.peripheral.values),
+                    Array(state.decisions.values))
         }
+        for follower in decisions { follower.finish() }
         for watcher in bluetooth { watcher.finish() }
         for watcher in peripheral { watcher.finish() }
         for session in sessions {

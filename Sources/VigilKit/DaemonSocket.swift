@@ -20,4 +20,16 @@ public enum DaemonSocket {
         }
         return systemPath
     }
+
+    /// The sockets to try in order: `path`'s answer, and after the per-user
+    /// socket the system daemon's, for a desktop user whose machine runs only
+    /// the system daemon (vigilctl tries the next when nothing listens).
+    public static func candidates(
+        explicit: String? = nil,
+        environment: [String: String] = ProcessInfo.processInfo.environment
+    ) -> [String] {
+        let first = path(explicit: explicit, environment: environment)
+        let named = (explicit.map { !$0.isEmpty } ?? false) || !(environment["VIGIL_SOCKET"] ?? "").isEmpty
+        return named || first == systemPath ? [first] : [first, systemPath]
+    }
 }

@@ -156,9 +156,15 @@ public struct BluetoothStateReply: Message, Equatable {
     public static let type = "reply"
     public var state: BluetoothState
     public var adapter: String?
-    public init(state: BluetoothState, adapter: String? = nil) {
+    /// Which link is missing (bus, bluetoothd, adapter, power), as in `status`.
+    public var condition: BluetoothHealth.Condition?
+    /// Why the state is what it is, in words (e.g. "bluetoothd is not running").
+    public var detail: String?
+    public init(state: BluetoothState, adapter: String? = nil, condition: BluetoothHealth.Condition? = nil, detail: String? = nil) {
         self.state = state
         self.adapter = adapter
+        self.condition = condition
+        self.detail = detail
     }
 }
 

@@ -24,11 +24,16 @@ public struct DaemonStatus: Message, Equatable {
     public var onStop: String?
     /// The port keeper, as words (holding, not started, disabled).
     public var portKeeper: String?
+    /// Whether Bluetooth is usable, and why not (absent from older daemons).
+    public var bluetooth: BluetoothHealth?
+    /// Whether udev discovery and hot-plug work (absent from older daemons).
+    public var udev: UdevHealth?
 
     public init(
         daemon: String, pid: Int32, protocolVersion: Int, socket: String, suspension: SuspensionMechanism,
         suspensionDetail: String, cgroupRoot: String?, apps: Int, manifestProblems: [ManifestProblem],
-        timings: [String: Double], uptime: Double, onStop: String? = nil, portKeeper: String? = nil
+        timings: [String: Double], uptime: Double, onStop: String? = nil, portKeeper: String? = nil,
+        bluetooth: BluetoothHealth? = nil, udev: UdevHealth? = nil
     ) {
         self.daemon = daemon
         self.pid = pid
@@ -43,6 +48,8 @@ public struct DaemonStatus: Message, Equatable {
         self.uptime = uptime
         self.onStop = onStop
         self.portKeeper = portKeeper
+        self.bluetooth = bluetooth
+        self.udev = udev
     }
 }
 
@@ -118,10 +125,23 @@ public struct LogRequest: Message, Equatable {
     public static let type = "log"
     public var app: String?
     public var limit: Int?
-    public init(app: String? = nil, limit: Int? = nil) {
+    /// Only decisions at or after this time (seconds since the Unix epoch).
+    public var since: Double?
+    /// After the reply, push each new decision (matching `app`) as a `decision` frame.
+    public var follow: Bool?
+    public init(app: String? = nil, limit: Int? = nil, since: Double? = nil, follow: Bool? = nil) {
         self.app = app
         self.limit = limit
+        self.since = since
+        self.follow = follow
     }
+}
+
+/// Pushed to a control client that asked `log` with `follow`: one new decision.
+public struct DecisionPushed: Message, Equatable {
+    public static let type = "decision"
+    public var decision: DecisionRecord
+    public init(decision: DecisionRecord) { self.decision = decision }
 }
 
 public struct DecisionLog: Message, Equatable {

@@ -35,10 +35,18 @@ enum EventHeaderWriter {
             out.append(contentsOf: (flag ? "true" : "false").utf8)
         case let .number(number):
             guard number.isFinite else { return false }
-            if number == number.rounded(), abs(number) < 1e15 {
+            // As JSONEncoder writes it: Swift's shortest form, less a trailing
+            // ".0" ("100", "-0", "0.5", "1e+16", "9.007199254740994e+15");
+            // whole numbers below 10^15 (timestamps, counts) the quick way.
+            if number == number.rounded(), abs(number) < 1e15, !(number == 0 && number.sign == .minus) {
                 out.append(contentsOf: String(Int64(number)).utf8)
+                return true
+            }
+            let text = String(number)
+            if text.hasSuffix(".0") {
+                out.append(contentsOf: text.utf8.dropLast(2))
             } else {
-                out.append(contentsOf: String(number).utf8)  // "0.5", "1e+20": JSON numbers
+                out.append(contentsOf: text.utf8)
             }
         case let .string(string):
             appendString(string, to: &out)

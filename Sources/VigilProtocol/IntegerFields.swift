@@ -179,6 +179,15 @@ extension IncomingMessage {
     public func checkIntegerFields() throws(ProtocolError) {
         guard let fields = IntegerField.requests[type] else { return }
         for field in fields {
+            if field.path.count == 1 {
+                // A top-level member: read exactly from the checked header, no decoder.
+                guard let member = members[field.path[0]], member.kind != .null else { continue }
+                if integer(member, in: field.range) != nil { continue }
+                throw ProtocolError(
+                    .invalidArgument,
+                    "\(type): field '\(field.path[0])' is \(describe(member)); it must be an integer in \(IntegerField.describe(field.range))",
+                    id: id)
+            }
             let values: [(path: String, value: HeaderScalar)]
             do {
                 values = try HeaderProbe.values(at: field.path, in: frame.header)

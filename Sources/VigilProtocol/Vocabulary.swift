@@ -23,6 +23,8 @@ public enum BackgroundMode: String, Sendable, Codable, CaseIterable {
     case externalAccessory = "external-accessory"
     case bluetoothCentral = "bluetooth-central"
     case bluetoothPeripheral = "bluetooth-peripheral"
+    /// Background refresh: woken now and then to pull a little data (`RefreshMessages`).
+    case fetch = "fetch"
 
     /// The mode an app needs to be woken for an event of `kind` (nil: any app
     /// may be, e.g. `test`), so a test wake obeys the rule of the real source.
@@ -33,6 +35,8 @@ public enum BackgroundMode: String, Sendable, Codable, CaseIterable {
             self = .bluetoothPeripheral
         } else if BluetoothEventContent.isBluetoothKind(kind) {
             self = .bluetoothCentral
+        } else if kind == RefreshEventKind.refresh {
+            self = .fetch
         } else {
             return nil
         }
@@ -140,6 +144,11 @@ public struct AppInfo: Sendable, Codable, Equatable {
     public var launchReason: LaunchReason?
     public var logPath: String?
     public var manifestPath: String
+    /// Background refresh: seconds until the next one may come (it comes
+    /// at most `refresh-coalescing` later), and the interval as stretched
+    /// now; nil without a schedule.
+    public var nextRefresh: Double?
+    public var refreshInterval: Double?
 
     public init(
         id: String, state: AppState, pid: Int32?, backgroundModes: [BackgroundMode], exitsOnSuspend: Bool,
@@ -194,6 +203,8 @@ extension AppInfo {
         try container.encode(launchReason, forKey: .launchReason)
         try container.encode(logPath, forKey: .logPath)
         try container.encode(manifestPath, forKey: .manifestPath)
+        try container.encode(nextRefresh, forKey: .nextRefresh)
+        try container.encode(refreshInterval, forKey: .refreshInterval)
     }
 }
 

@@ -11,10 +11,10 @@ public final class UnixListener: Sendable {
     private let identity: FileSystem.Identity?
     private let isClosed = Atomic(false)
 
-    private init(fd: Int32, path: String) {
+    private init(fd: Int32, path: String, ownsPath: Bool = true) {
         self.fd = fd
         self.path = path
-        identity = FileSystem.identity(path)
+        identity = ownsPath ? FileSystem.identity(path) : nil
     }
 
     deinit {
@@ -65,20 +65,52 @@ public final class UnixListener: Sendable {
         if unlink(path) != 0 && errno != ENOENT { throw SystemError.current("unlink", path: path) }
     }
 
-    /// The next pending connection as a non-blocking stream, or nil if none is waiting.
-    public func accept() throws -> UnixStream? {
-        while true {
-            let client = vigil_accept(fd)
-            if client >= 0 { return UnixStream(adopting: client) }
-            switch errno {
-            case EINTR, ECONNABORTED: continue
-            case EAGAIN, EWOULDBLOCK: return nil
-            default: throw SystemError.current("accept", path: path)
+    /// Takes a listening socket someone else bound, as systemd passes one for
+    /// socket activation (`SystemdEnvironment.listenFDs`): it must be a Unix
+    /// stream socket that listens. It is made non-blocking and close-on-exec;
+    /// `close()` closes it but leaves its path alone, since the socket file
+    /// stays the binder's (systemd keeps listening there while the daemon
+    /// restarts, so clients connecting meanwhile wait in its backlog).
+    public static func adopt(fd: Int32) throws -> UnixListener {
+        func option(_ name: Int32) throws(SystemError) -> Int32 {
+            var value: Int32 = 0
+            var length = socklen_t(MemoryLayout<Int32>.size)
+            try check("getsockopt(fd \(fd))") { getsockopt(fd, SOL_SOCKET, name, &value, &length) }
+            return value
+        }
+        guard try option(SO_DOMAIN) == AF_UNIX, try option(SO_TYPE) == Int32(SOCK_STREAM.rawValue) else {
+            throw UnixSocketError.notAUnixListener(fd: fd, problem: "it is not a Unix stream socket")
+        }
+        guard try option(SO_ACCEPTCONN) != 0 else {
+            throw UnixSocketError.notAUnixListener(fd: fd, problem: "it does not listen")
+        }
+        var address = sockaddr_un()
+        var length = socklen_t(MemoryLayout<sockaddr_un>.size)
+        try withUnsafeMutablePointer(to: &address) { pointer throws(SystemError) in
+            try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { raw throws(SystemError) in
+                _ = try check("getsockname(fd \(fd))") { getsockname(fd, raw, &length) }
             }
         }
+        let path = withUnsafeBytes(of: address.sun_path) { bytes in
+            String(decoding: bytes.prefix(while: { $0 != 0 }), as: UTF8.self)
+        }
+        guard path.hasPrefix("/") else {
+            throw UnixSocketError.notAUnixListener(fd: fd, problem: "it is not bound to a file system path")
+        }
+        let flags = try check("fcntl(F_GETFL)") { fcntl(fd, F_GETFL) }
+        try check("fcntl(F_SETFL)") { fcntl(fd, F_SETFL, flags | O_NONBLOCK) }
+        let descriptorFlags = try check("fcntl(F_GETFD)") { fcntl(fd, F_GETFD) }
+        try check("fcntl(F_SETFD)") { fcntl(fd, F_SETFD, descriptorFlags | FD_CLOEXEC) }
+        return UnixListener(fd: fd, path: path, ownsPath: false)
     }
 
-    /// Idempotent; leaves the path alone if another listener has replaced our socket file.
+    /// The next pending connection as a non-blocking stream, or nil if none is waiting.
+    public func accept() throws -> UnixStream? {
+        try UnixStream.accept(on: fd, describing: path)
+    }
+
+    /// Idempotent; leaves the path alone if another listener has replaced our
+    /// socket file, or if the socket was adopted (`adopt(fd:)`).
     public func close() {
         guard !isClosed.exchange(true, ordering: .acquiringAndReleasing) else { return }
         if let identity, FileSystem.identity(path) == identity { unlink(path) }

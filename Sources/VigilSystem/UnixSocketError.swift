@@ -11,6 +11,8 @@ public enum UnixSocketError: Error, Sendable, Hashable, CustomStringConvertible 
     case pathTooLong(path: String)
     /// The path exists and is not a socket, so it is not ours to replace.
     case notASocket(path: String)
+    /// A passed descriptor (socket activation) that cannot serve as the listener.
+    case notAUnixListener(fd: Int32, problem: String)
 
     public var description: String {
         switch self {
@@ -22,6 +24,8 @@ public enum UnixSocketError: Error, Sendable, Hashable, CustomStringConvertible 
             "socket path too long (max \(UnixSocketAddress.maxPathLength) bytes): \(path)"
         case .notASocket(let path):
             "cannot listen at \(path): the file exists and is not a socket"
+        case .notAUnixListener(let fd, let problem):
+            "the passed descriptor \(fd) cannot be the listening socket: \(problem)"
         }
     }
 }

@@ -263,7 +263,7 @@ struct ServeOutput: Sendable {
     }
 
     func emit(state: BluetoothState) {
-        line(Record(event: "state", state: state.rawValue, time: Date().timeIntervalSince1970), Self.pad("state") + state.rawValue)
+        line(Record(event: "state", state: state.rawValue, time: Date().timeIntervalSince1970), Self.pad("state") + state.words)
     }
 
     private func line(_ record: Record, _ text: String) {

@@ -25,7 +25,9 @@ struct BleState: AsyncParsableCommand {
     func run() async throws {
         let reply = try await options.connect().bluetoothState()
         if options.json { return try printJSON(reply) }
-        print(reply.state.rawValue + (reply.adapter.map { " (\($0))" } ?? ""))
+        // The reason only when there is one to give: "powered on (hci0)", "powered off (hci0): adapter hci0 is powered off (...)".
+        let reason = reply.state == .poweredOn ? nil : reply.detail
+        print(reply.state.words + (reply.adapter.map { " (\($0))" } ?? "") + (reason.map { ": \($0)" } ?? ""))
     }
 }
 
@@ -62,6 +64,7 @@ struct BleScan: AsyncParsableCommand {
 
     func run() async throws {
         let client = try await options.connect()
+        try await requireBluetooth(client)
         let events = client.bluetoothEvents()
         try await client.startScan(services: services.isEmpty ? nil : services, allowDuplicates: duplicates)
         let json = options.json
@@ -100,7 +103,9 @@ struct BleConnect: AsyncParsableCommand {
         let client = try await options.connect()
         let events = client.bluetoothEvents()
         try await client.connectPeripheral(address)
-        if wait > 0, await waitForConnection(client, events: events, address: address, seconds: wait) {
+        let connected = wait > 0 ? await waitForConnection(client, events: events, address: address, seconds: wait) : false
+        if options.json { return try printJSON(LinkRecord(peripheral: address, state: connected ? "connected" : "pending")) }
+        if connected {
             print("connected to \(address)")
         } else {
             print("connect request for \(address) pending: the daemon connects when the peripheral is in range")
@@ -119,6 +124,7 @@ struct BleDisconnect: AsyncParsableCommand {
 
     func run() async throws {
         try await options.connect().cancelPeripheralConnection(address)
+        if options.json { return try printJSON(LinkRecord(peripheral: address, state: "cancelled")) }
         print("cancelled the connection to \(address)")
     }
 }
@@ -291,6 +297,7 @@ struct LinkOptions: ParsableArguments {
 func withConnection<T>(
     _ client: ControlClient, _ address: String, _ link: LinkOptions, _ body: () async throws -> T
 ) async throws -> T {
+    try await requireBluetooth(client)
     let peripherals = try await client.peripherals()
     if peripherals.contains(where: { sameAddress($0.address, address) && $0.state == "connected" }) {
         return try await body()
@@ -308,6 +315,23 @@ func withConnection<T>(
     } catch {
         try? await client.cancelPeripheralConnection(address)
         throw error
+    }
+}
+
+/// Fails at once, with the daemon's reason, when Bluetooth cannot be used
+/// (no bus, no bluetoothd, no adapter, powered off) instead of waiting for
+/// discoveries or a connection that cannot come. BlueZ just (re)appearing
+/// (`starting`) is waited through, as the daemon does.
+func requireBluetooth(_ client: ControlClient) async throws {
+    let reply = try await client.bluetoothState()
+    let usable =
+        switch reply.condition {
+        case .poweredOn?, .starting?: true
+        case nil: reply.state == .poweredOn || reply.state == .resetting  // an older daemon
+        default: false
+        }
+    guard usable else {
+        throw ProtocolError(.unavailable, "Bluetooth is unavailable: \(reply.detail ?? reply.state.words)")
     }
 }
 

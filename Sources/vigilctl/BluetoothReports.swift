@@ -77,6 +77,14 @@ struct ValueRecord: Encodable {
     var time: Double?
 }
 
+/// `ble connect`/`disconnect --json`: where the link stands when vigilctl is
+/// done (`connected`, `pending`: the daemon connects when it is in range,
+/// `cancelled`).
+struct LinkRecord: Encodable {
+    var peripheral: String
+    var state: String
+}
+
 /// Names of the standard UUIDs people meet most, for display.
 enum GATTNames {
     /// `180d Heart Rate`, or the short form alone, or the full UUID if it is not on the Bluetooth base.

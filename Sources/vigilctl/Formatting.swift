@@ -18,3 +18,14 @@ func formatTime(_ secondsSince1970: Double) -> String {
     formatter.dateFormat = "yyyy-MM-dd HH:mm:ss.SSS"
     return formatter.string(from: Date(timeIntervalSince1970: secondsSince1970))
 }
+
+/// A wire name as words for a table: `enterBackground` -> `enter background`
+/// (`--json` keeps the wire names).
+func spacedWords(_ camelCase: String) -> String {
+    var words = ""
+    for character in camelCase {
+        if character.isUppercase, !words.isEmpty { words.append(" ") }
+        words.append(contentsOf: character.lowercased())
+    }
+    return words
+}

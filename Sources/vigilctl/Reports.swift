@@ -7,20 +7,27 @@ struct AppTable {
     init(_ apps: [AppInfo]) { self.apps = apps }
 
     var text: String {
-        var table = Table(headers: ["ID", "STATE", "PID", "WAKES", "BG-TIME", "TASKS", "QUEUED", "LAST DECISION"])
+        var table = Table(headers: ["ID", "STATE", "PID", "WAKES", "BG-TIME", "TASKS", "QUEUED", "REFRESH", "LAST DECISION"])
         for app in apps {
             table.rows.append([
                 app.id,
-                app.state.rawValue + (app.forceQuit ? " (force-quit)" : ""),
+                app.state.words + (app.forceQuit ? " (force-quit)" : ""),
                 app.pid.map(String.init) ?? "-",
                 String(app.wakes),
                 formatSeconds(app.backgroundTimeUsed),
                 app.tasks.isEmpty ? "-" : app.tasks.map(\.name).joined(separator: ","),
                 queued(app),
-                [app.lastDecision, app.lastReason].compactMap(\.self).joined(separator: ": "),
+                refresh(app),
+                [app.lastDecision.map(spacedWords), app.lastReason].compactMap(\.self).joined(separator: ": "),
             ])
         }
         return table.text
+    }
+
+    /// Background refresh: when the next may come, and every how long.
+    private func refresh(_ app: AppInfo) -> String {
+        guard let next = app.nextRefresh, let interval = app.refreshInterval else { return "-" }
+        return "in \(formatSeconds(next)) /\(formatSeconds(interval))"
     }
 
     /// Waiting and unacknowledged events, plus drops, which must never go unseen.
@@ -34,6 +41,11 @@ struct AppTable {
 
 /// `vigilctl log`: the decisions with their reasons.
 struct DecisionTable {
+    /// One decision on one line, for `--follow` (no column widths to wait for).
+    static func line(_ decision: DecisionRecord) -> String {
+        "\(formatTime(decision.time))  \(decision.app)  \(decision.action)  \(decision.state.words)  \(decision.reason)"
+    }
+
     let decisions: [DecisionRecord]
 
     init(_ decisions: [DecisionRecord]) { self.decisions = decisions }
@@ -42,7 +54,7 @@ struct DecisionTable {
         var table = Table(headers: ["TIME", "APP", "ACTION", "STATE", "REASON"])
         for decision in decisions {
             table.rows.append([
-                formatTime(decision.time), decision.app, decision.action, decision.state.rawValue, decision.reason,
+                formatTime(decision.time), decision.app, spacedWords(decision.action), decision.state.words, decision.reason,
             ])
         }
         return table.text
@@ -68,6 +80,8 @@ struct StatusReport {
             ["timings", status.timings.sorted { $0.key < $1.key }.map { "\($0.key) \(timing($0.key, $0.value))" }
                 .joined(separator: ", ")],
         ]
+        if let bluetooth = status.bluetooth { table.rows.append(["bluetooth", "\(bluetooth.condition.words): \(bluetooth.detail)"]) }
+        if let udev = status.udev { table.rows.append(["udev", "\(udev.condition.words): \(udev.detail)"]) }
         var text = table.text
         if !status.manifestProblems.isEmpty {
             text += "\nmanifest problems:\n" + status.manifestProblems.map { "  \($0)" }.joined(separator: "\n")
@@ -84,6 +98,32 @@ struct StatusReport {
         switch status.suspension {
         case .cgroupFreezer: "cgroup freezer"
         case .signals: "signal fallback (SIGSTOP/SIGCONT)"
+        }
+    }
+}
+
+extension BluetoothHealth.Condition {
+    var words: String {
+        switch self {
+        case .disabled: "disabled"
+        case .noBus: "no system bus"
+        case .noBluetoothd: "bluetoothd not running"
+        case .starting: "starting"
+        case .noAdapter: "no adapter"
+        case .poweredOff: "powered off"
+        case .poweredOn: "powered on"
+        case .unrecognized: "unrecognized"
+        }
+    }
+}
+
+extension UdevHealth.Condition {
+    var words: String {
+        switch self {
+        case .ok: "ok"
+        case .noUdevd: "systemd-udevd not running"
+        case .unavailable: "unavailable"
+        case .unrecognized: "unrecognized"
         }
     }
 }

@@ -9,19 +9,28 @@ struct Vigilctl: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "vigilctl",
         abstract: "Inspect and drive the Vigil daemon.",
+        discussion: """
+            Exit status: 0 success; 1 the daemon refused the request or the command failed (unknown app, \
+            wrong state, an argument the daemon rejected, Bluetooth unavailable, ...); 64 usage error; \
+            69 no daemon listens at the socket (or it went away); 77 refused: this user may not use the control \
+            role or this request (see docs/security.md). With --json a failure is one JSON object on stderr: \
+            {"error": {"code", "message", "exitStatus"}}.
+            """,
+        version: VigilVersion.current,
         subcommands: [
             Status.self, Apps.self,
             Launch.self, Background.self, Foreground.self, Quit.self, Terminate.self,
-            Wake.self, Log.self, Reload.self,
+            Wake.self, Log.self, TimelineCommand.self, Reload.self,
             Accessories.self, Accessory.self, Ble.self,
         ]
     )
 
     @OptionGroup var options: GlobalOptions
 
-    /// Failures from the daemon or the socket are one line on stderr and exit
-    /// code 1; usage errors keep ArgumentParser's own messages and codes.
+    /// Failures are one line on stderr (JSON under --json) and a sysexits
+    /// status (`Failure.Status`); usage errors keep ArgumentParser's messages.
     static func main() async {
+        let json = CommandLine.arguments.dropFirst().contains("--json")
         do {
             var command = try await asyncParseAsRoot()
             if var command = command as? AsyncParsableCommand {
@@ -29,30 +38,34 @@ struct Vigilctl: AsyncParsableCommand {
             } else {
                 try command.run()
             }
-        } catch let error as ConnectionError {
-            fail(error)
-        } catch let error as ProtocolError {
-            fail(error)
         } catch {
-            exit(withError: error)
+            Failure.exit(error, json: json)
         }
-    }
-
-    private static func fail(_ error: some Error) -> Never {
-        FileHandle.standardError.write(Data("vigilctl: \(error)\n".utf8))
-        Foundation.exit(1)
     }
 }
 
 /// Options every subcommand accepts.
 struct GlobalOptions: ParsableArguments {
-    @Option(name: .long, help: "The daemon's socket (default: $VIGIL_SOCKET, the per-user socket, then /run/vigil/vigild.sock).")
+    @Option(name: .long, help: "The daemon's socket (default: $VIGIL_SOCKET, else the per-user socket if that daemon runs, else /run/vigil/vigild.sock).")
     var socket: String?
 
-    @Flag(name: .long, help: "Print the daemon's reply as JSON.")
+    @Flag(name: .long, help: "Print the daemon's reply as JSON (and a failure as a JSON object on stderr).")
     var json = false
 
+    /// Connects to the named socket; without one, to the per-user daemon and,
+    /// when none listens there, to the system daemon (`DaemonSocket.candidates`).
     func connect() async throws -> ControlClient {
-        try await ControlClient.connect(socketPath: socket)
+        var untried = DaemonSocket.candidates(explicit: socket)
+        var absent: [String] = []
+        while true {
+            let path = untried.removeFirst()
+            do {
+                return try await ControlClient.connect(socketPath: path)
+            } catch let error as ConnectionError where error.isNoDaemon {
+                absent.append(path)
+                guard untried.isEmpty else { continue }
+                throw ConnectionError(path: absent.joined(separator: " or "), errno: error.errno)
+            }
+        }
     }
 }

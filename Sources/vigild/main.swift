@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import VigilDaemon
 import VigilLifecycle
+import VigilProtocol
 import VigilSystem
 
 // A synchronous entry point: an async main would park the main thread in
@@ -13,12 +14,17 @@ struct Vigild: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "vigild",
         abstract: "Keeps accessory and Bluetooth apps' sessions open while they are suspended, and wakes them.",
-        discussion: "SIGTERM or SIGINT stops vigild gracefully (see --on-stop); SIGHUP reloads the manifests, as `vigilctl reload` does.")
+        discussion: """
+            SIGTERM or SIGINT stops vigild gracefully (see --on-stop); SIGHUP reloads the manifests, as `vigilctl reload` does. \
+            Exit status 64: the command line or the configuration is wrong (the message names the file, the key and the range; \
+            the configuration's keys are in /usr/share/doc/vigil/configuration.md, the manifests' in vigil-manifest(5)).
+            """,
+        version: VigilVersion.current)
 
     @Flag(help: "Run as the system daemon (socket under /run/vigil, config /etc/vigil/vigild.toml).")
     var system = false
 
-    @Option(help: "Socket path (also VIGIL_SOCKET). Default: /run/vigil/vigild.sock, or $XDG_RUNTIME_DIR/vigil/vigild.sock per user.")
+    @Option(help: "Socket path (also VIGIL_SOCKET); its folder must exist. Default: /run/vigil/vigild.sock, or $XDG_RUNTIME_DIR/vigil/vigild.sock per user (the vigil folder is created).")
     var socket: String?
 
     @Option(help: "Configuration file. Default: /etc/vigil/vigild.toml (system) or $XDG_CONFIG_HOME/vigil/vigild.toml.")
@@ -42,12 +48,15 @@ struct Vigild: ParsableCommand {
 
     func run() throws {
         if fdKeeper { FileDescriptorKeeper.serve() }
-        let environment = ProcessInfo.processInfo.environment
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = logLevel
-            return handler
+        // First, on the only thread: it unsets what systemd passed, so apps do not inherit it.
+        let systemd: SystemdEnvironment
+        do {
+            systemd = try SystemdEnvironment.take()
+        } catch {
+            throw ValidationError("\(error)")
         }
+        let environment = ProcessInfo.processInfo.environment
+        DaemonLogging.bootstrap(level: logLevel)
         let logger = Logger(label: "vigild")
 
         let defaults = DaemonConfig(system: system)
@@ -60,9 +69,13 @@ struct Vigild: ParsableCommand {
         } catch {
             throw ValidationError("invalid configuration: \(error)")
         }
-        guard let socketPath = socket ?? environment["VIGIL_SOCKET"] ?? daemonConfig.socket ?? defaultSocket(environment) else {
+        let namedSocket = socket ?? environment["VIGIL_SOCKET"] ?? daemonConfig.socket
+        guard let socketPath = namedSocket ?? defaultSocket(environment) else {
             throw ValidationError("no socket path: pass --socket, set VIGIL_SOCKET or XDG_RUNTIME_DIR, or use --system")
         }
+        // Only the default folder is created: a typo in a path someone named
+        // would otherwise leave the daemon listening where no client looks.
+        if namedSocket != nil, systemd.listenFDs.isEmpty { try Self.requireParentDirectory(of: socketPath) }
         let service = VigilDaemonService(
             config: daemonConfig, socketPath: socketPath, configFile: configFile, demo: demo,
             // The demo's apps are its own: a stopped demo leaves nothing running.
@@ -70,8 +83,20 @@ struct Vigild: ParsableCommand {
             portKeeper: portKeeper
                 ? [(try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? "/proc/self/exe", "--fd-keeper"]
                 : nil,
-            logger: logger)
+            logger: logger, systemd: systemd)
         try service.run()
+    }
+
+    private static func requireParentDirectory(of path: String) throws {
+        let parent = (path as NSString).deletingLastPathComponent
+        guard !parent.isEmpty else { return }
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: parent, isDirectory: &isDirectory) else {
+            throw ValidationError("the socket's folder \(parent) does not exist: create it first (vigild creates only its default folder)")
+        }
+        guard isDirectory.boolValue else {
+            throw ValidationError("the socket's folder \(parent) is not a folder")
+        }
     }
 
     private func defaultSocket(_ environment: [String: String]) -> String? {

@@ -95,6 +95,16 @@ struct DaemonConfigTests {
         #expect(throws: ManifestProblem.self) { try DaemonConfig.parse("bluetooth-request-timeout = -1\n", file: file, defaults: defaults) }
     }
 
+    @Test func appOutputKeys() throws {
+        #expect(defaults.appOutput == .automatic)
+        #expect(defaults.appLogSize == 8 << 20)
+        let config = try DaemonConfig.parse("app-output = \"files\"\napp-log-size = 65536\n", file: file, defaults: defaults)
+        #expect(config.appOutput == .files)
+        #expect(config.appLogSize == 65536)
+        #expect("\(configProblem("app-output = \"syslog\"\n").map { "\($0)" } ?? "")".contains("must be one of auto, journal, files"))
+        #expect(configProblem("app-log-size = 100\n") != nil)
+    }
+
     @Test func partialTimingsKeepOtherDefaults() throws {
         let config = try DaemonConfig.parse("[timings]\nwake-budget = 1\n", file: file, defaults: defaults)
         var expected = Timings()

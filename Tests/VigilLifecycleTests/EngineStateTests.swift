@@ -214,7 +214,7 @@ struct EngineRestartTests {
     @Test func adoptedFrozenAppIsWokenForRestoredEvents() throws {
         let saved = try savedWithTwoSentEvents()
         let h = Harness()
-        h.engine.restore(saved)
+        h.engine.restore(saved, now: 0)
         h.engine.adopt(id, pid: 4242, frozen: true, now: h.now)
         #expect(h.host.decisions(.adopt, for: id).count == 1)
         let wake = try #require(h.host.decisions(.wake, for: id).first)
@@ -236,7 +236,7 @@ struct EngineRestartTests {
     @Test func adoptedRunningAppWithRestoredEventsGetsTheWakeBudget() throws {
         let saved = try savedWithTwoSentEvents()
         let h = Harness()
-        h.engine.restore(saved)
+        h.engine.restore(saved, now: 0)
         h.engine.adopt(id, pid: 4242, frozen: false, now: h.now)
         #expect(h.state(id) == .background)
         #expect(h.host.decisions(.wake, for: id).isEmpty)
@@ -246,7 +246,7 @@ struct EngineRestartTests {
     @Test func adoptedForceQuitAppStaysSuspended() throws {
         let saved = try savedWithTwoSentEvents(forceQuit: true)
         let h = Harness()
-        h.engine.restore(saved)
+        h.engine.restore(saved, now: 0)
         h.engine.adopt(id, pid: 4242, frozen: true, now: h.now)
         #expect(h.state(id) == .suspended)
         #expect(h.host.thaws(id) == 0)
@@ -259,7 +259,7 @@ struct EngineRestartTests {
         try old.suspended(acc)
         try old.deliver("ble.notification", to: acc, mode: .bluetoothCentral)
         let h = Harness()
-        h.engine.restore(old.engine.savedState())
+        h.engine.restore(old.engine.savedState(), now: 0)
         h.engine.adopt(acc, pid: 4242, frozen: true, now: h.now)
         #expect(h.state(acc) == .suspended)
         #expect(h.host.thaws(acc) == 0)
@@ -270,7 +270,7 @@ struct EngineRestartTests {
     @Test func notRunningAppWithRestoredEventsIsRelaunched() throws {
         let saved = try savedWithTwoSentEvents()
         let h = Harness()
-        h.engine.restore(saved)
+        h.engine.restore(saved, now: 0)
         h.engine.relaunchForRestoredEvents(now: h.now)
         let start = try #require(h.host.starts.first)
         #expect(start.app == id)
@@ -287,7 +287,7 @@ struct EngineRestartTests {
 
     @Test func forceQuitAppIsNotRelaunchedForRestoredEvents() throws {
         let h = Harness()
-        h.engine.restore(try savedWithTwoSentEvents(forceQuit: true))
+        h.engine.restore(try savedWithTwoSentEvents(forceQuit: true), now: 0)
         h.engine.relaunchForRestoredEvents(now: h.now)
         #expect(h.host.starts.isEmpty)
         #expect(h.app(id).queue.events.count == 2)

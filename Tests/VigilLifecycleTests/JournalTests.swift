@@ -246,14 +246,14 @@ struct JournalTests {
         let snapshot = h.engine.savedState()
         #expect(snapshot[plain]?.queue.events.isEmpty == true)
         let restored = Harness()
-        restored.engine.restore(snapshot)
+        restored.engine.restore(snapshot, now: 0)
         #expect(try restored.deliver("y").seq == 4)
         // Not compacted: the journal alone carries it.
         let empty = Harness().engine.savedState()
         let recovery = JournalReplay.recover(
             snapshot: empty, snapshotGeneration: 1, journal: JournalFormat.header(generation: 1) + encoder.bytes)
         let fromJournal = Harness()
-        fromJournal.engine.restore(recovery.apps)
+        fromJournal.engine.restore(recovery.apps, now: 0)
         #expect(try fromJournal.deliver("y").seq == 4)
     }
 
@@ -269,7 +269,7 @@ struct JournalTests {
         let recovery = JournalReplay.recover(
             snapshot: [:], snapshotGeneration: 1, journal: JournalFormat.header(generation: 1) + encoder.bytes)
         let restored = Harness()
-        restored.engine.restore(recovery.apps)
+        restored.engine.restore(recovery.apps, now: 0)
         try restored.active(plain)
         #expect(restored.host.events(to: plain).map(\.redelivered) == [true, false])
         #expect(restored.host.events(to: plain).map(\.seq) == [1, 2])

@@ -21,7 +21,7 @@ struct PersistenceTests {
         let saved = try JSONDecoder().decode([String: SavedApp].self, from: data)
 
         let restored = Harness()
-        restored.engine.restore(saved)
+        restored.engine.restore(saved, now: 0)
         let app = restored.app(id)
         #expect(app.forceQuit)
         #expect(app.queue.events.map(\.kind) == ["session.data", "test"])

@@ -68,6 +68,7 @@ struct MessageCodecTests {
     func coverage() {
         let documented: Set = [
             "hello", "welcome", "reply", "error", "beginBackgroundTask", "endBackgroundTask", "finishedProcessing",
+            "refresh.schedule", "refresh.cancel", "refresh.complete",
             "backgroundTimeRemaining", "ack", "lifecycle", "event", "backgroundTaskExpiring", "deadline",
             "status", "apps", "appAction", "wake", "log", "reload",
             "accessories", "registerForAccessoryNotifications", "openSession", "write", "closeSession",
@@ -80,10 +81,11 @@ struct MessageCodecTests {
     func appInfoNulls() throws {
         let object = try headerObject(MessageCodec.frame(AppReply(app: MessageSamples.notRunningApp)))
         let app = try #require(object["app"] as? [String: Any])
-        for member in ["pid", "backgroundTimeRemaining", "lastDecision", "lastReason", "launchReason", "logPath"] {
+        for member in ["pid", "backgroundTimeRemaining", "lastDecision", "lastReason", "launchReason", "logPath",
+                       "nextRefresh", "refreshInterval"] {
             #expect(app[member] is NSNull, "\(member) should be null")
         }
-        #expect(app.count == 19)
+        #expect(app.count == 21)
     }
 
     private func headerObject(_ frame: Frame) throws -> [String: Any] {

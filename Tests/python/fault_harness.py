@@ -30,9 +30,11 @@ import json
 import os
 import random
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import zlib
@@ -328,6 +330,28 @@ class FaultDaemon(_protocol_daemon()):
         """SIGTERM only (apps are left for adoption, as the daemon documents)."""
         if self.process is not None and self.process.poll() is None:
             self.kill(signal.SIGTERM)
+
+
+def daemon_with_app(test, prefix, app_id, command, modes=(), timings=None, extra="", start=True):
+    """A FaultDaemon in a fresh folder with one app (`command`, `modes`), in
+    the freezer mode when this machine has it, everything removed when
+    `test` ends. `{record}` in `command` becomes the app's record file.
+    Returns (daemon, control, record); control is None with start=False."""
+    root = tempfile.mkdtemp(prefix=prefix)
+    test.addCleanup(shutil.rmtree, root, True)
+    daemon = FaultDaemon(root, "cgroup" if freezer_available() else "signal", timings=timings, extra=extra)
+    record = os.path.join(root, "app.jsonl")
+    with open(os.path.join(daemon.apps_dir, app_id + ".toml"), "w") as manifest:
+        manifest.write(app_manifest(app_id, [part.replace("{record}", record) for part in command], modes=modes))
+    test.addCleanup(daemon.remove_cgroups)
+    test.addCleanup(lambda: kill_all(processes_with(record)))
+    if not start:
+        return daemon, None, record
+    daemon.start()
+    test.addCleanup(daemon.stop)
+    control = connect_control(daemon.socket)
+    test.addCleanup(control.close)
+    return daemon, control, record
 
 
 # -- vigild in a umockdev testbed, under a supervisor

@@ -116,7 +116,7 @@ class VigilctlTests(FakeDaemonTestCase):
         lines = [json.loads(line) for line in result.stdout.decode().splitlines()]
         self.assertEqual([line["change"] for line in lines], ["present", "disconnected", "connected"])
         self.assertEqual([line["accessory"]["connectionID"] for line in lines], [7, 7, 8])
-        self.assertEqual(result.returncode, 1, "the daemon closing the connection is a failure")
+        self.assertEqual(result.returncode, 69, "the daemon going away is EX_UNAVAILABLE")
 
     def test_open_is_a_terminal_until_eof(self):
         result = self.vigilctl("accessory", "open", "7", "--protocol", PROTOCOL, "--line-settings", "9600 8N1",

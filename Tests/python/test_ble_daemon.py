@@ -10,6 +10,7 @@ and relaunch it). What a pass proves: vigild's handling of BlueZ's API as the
 mock models it. The lab tier (Tests/Lab) checks the same against real BlueZ.
 """
 
+import asyncio
 import json
 import os
 import shutil
@@ -24,6 +25,7 @@ sys.path.insert(0, os.path.join(REPO, "clients", "python"))
 sys.path.insert(0, os.path.join(REPO, "Tests", "bluez-mock"))
 
 from vigil_client import ControlClient, VigilError  # noqa: E402
+import vigil  # noqa: E402
 
 VIGILD = os.environ.get("VIGILD") or os.path.join(REPO, ".build", "debug", "vigild")
 PYTHON = "/usr/bin/python3"
@@ -171,7 +173,11 @@ class BluetoothCentralTests(unittest.TestCase):
     @staticmethod
     def measurement(message):
         """Decodes a 0x2A37 value (flags, uint8/uint16 rate, RR intervals) from a push."""
-        value = message.body
+        return BluetoothCentralTests.measurement_of(message.body)
+
+    @staticmethod
+    def measurement_of(value):
+        """Decodes a 0x2A37 value (flags, uint8/uint16 rate, RR intervals)."""
         flags, rate, offset = value[0], value[1], 2
         if flags & 1:
             rate, offset = value[1] | value[2] << 8, 3
@@ -219,119 +225,151 @@ class BluetoothCentralTests(unittest.TestCase):
     # Tests
 
     def test_scan_by_service_coalesces_duplicates_then_connect_discover_read_and_notify(self):
-        c = self.control
-        c.request("ble.registerCentral")
-        c.request("ble.scan", services=[HRS])
-        found = self.push(c, "ble.discovered")
-        self.assertEqual(found["attributes"]["address"], HRM)
-        self.assertIn(FULL(HRS), found["attributes"]["serviceUUIDs"])
-        self.assertEqual(found["attributes"]["name"], "Vigil HRM")
-        # A re-advertisement (new RSSI) is a duplicate: coalesced without allowDuplicates.
-        self.mock.control.SetAdvertisement(self.hrm, {"RSSI": self.dbus.Int16(-40)})
-        self.no_push(c, "ble.discovered", within=1.0)
-        # With duplicates allowed (a foreground client), it is reported.
-        c.request("ble.scan", services=[HRS], allowDuplicates=True)
-        self.push(c, "ble.discovered")
-        self.mock.control.SetAdvertisement(self.hrm, {"RSSI": self.dbus.Int16(-30)})
-        again = self.push(c, "ble.discovered")
-        self.assertEqual(again["attributes"]["rssi"], -30)
-        c.request("ble.stopScan")
+        # Written with the vigil package (clients/python/vigil): its Bleak-like
+        # Central, Scanner and BLEClient instead of hand-written ble.* requests.
+        async def next_advertisement(scanner, timeout=15):
+            return await asyncio.wait_for(anext(scanner.advertisements()), timeout)
 
-        c.request("ble.connect", peripheral=HRM.lower())
-        self.push(c, "ble.connected")
-        services = c.request("ble.discover", peripheral=HRM)["services"]
-        heart = next(s for s in services if s["uuid"] == FULL(HRS))
-        self.assertEqual({ch["uuid"]: ch["properties"] for ch in heart["characteristics"]}[FULL(HRM_MEASUREMENT)], ["notify"])
-        self.assertEqual(c.request("ble.read", peripheral=HRM, service=HRS, characteristic=BODY_LOCATION).body, b"\x01")
-        with self.assertRaises(VigilError) as missing_characteristic:
-            c.request("ble.read", peripheral=HRM, service=HRS, characteristic="2a99")
-        self.assertEqual(missing_characteristic.exception.code, "notFound")
+        async def body():
+            async with vigil.Control(self.socket) as control:
+                central = await control.central()
+                async with central.scanner(services=[HRS]) as scanner:
+                    found = await next_advertisement(scanner)
+                    self.assertEqual(found.address, HRM)
+                    self.assertIn(FULL(HRS), found.service_uuids)
+                    self.assertEqual(found.name, "Vigil HRM")
+                    # A re-advertisement (new RSSI) is a duplicate: coalesced without allowDuplicates.
+                    self.mock.control.SetAdvertisement(self.hrm, {"RSSI": self.dbus.Int16(-40)})
+                    with self.assertRaises(asyncio.TimeoutError):
+                        await next_advertisement(scanner, 1.0)
+                # With duplicates allowed (a foreground client), it is reported.
+                async with central.scanner(services=[HRS], allow_duplicates=True) as scanner:
+                    await next_advertisement(scanner)
+                    self.mock.control.SetAdvertisement(self.hrm, {"RSSI": self.dbus.Int16(-30)})
+                    again = await next_advertisement(scanner)
+                    self.assertEqual(again.rssi, -30)
 
-        # A write: the control point's 0x01 resets energy expended; BlueZ's refusals come back named.
-        resets = int(self.mock.control.HeartRateState(self.hrm)["EnergyResets"])
-        c.request("ble.write", peripheral=HRM, service=HRS, characteristic="2a39", withResponse=True, body=b"\x01")
-        self.assertEqual(int(self.mock.control.HeartRateState(self.hrm)["EnergyResets"]), resets + 1)
-        with self.assertRaises(VigilError) as refused:  # 0x2A39 has no write-without-response
-            c.request("ble.write", peripheral=HRM, service=HRS, characteristic="2a39", withResponse=False, body=b"\x01")
-        self.assertEqual(refused.exception.code, "deviceError")
-        self.assertIn("org.bluez.Error.NotPermitted", refused.exception.message)
-        types = [str(dict(call[5][1])["type"]) for call in self.calls("WriteValue")]
-        self.assertEqual(types, ["request", "command"])
+                client = await central.client(HRM.lower()).connect(timeout=15)
+                services = await client.get_services()
+                heart = services.get_service(HRS)
+                self.assertEqual(heart.get_characteristic(HRM_MEASUREMENT).properties, ("notify",))
+                self.assertEqual(await client.read_gatt_char((HRS, BODY_LOCATION)), b"\x01")
+                with self.assertRaises(vigil.VigilError) as missing_characteristic:
+                    await client.read_gatt_char((HRS, "2a99"))
+                self.assertEqual(missing_characteristic.exception.code, "notFound")
 
-        c.request("ble.notify", peripheral=HRM, service=HRS, characteristic=HRM_MEASUREMENT, enabled=True)
-        self.wait_until(self.notifying, "StartNotify at the mock")
-        sent = [(60, [1024]), (300, []), (75, [800, 820, 790])]
-        for bpm, rr in sent:
-            self.heart_rate(bpm, rr)
-        got = [self.measurement(self.push(c, "ble.notification")) for _ in sent]
-        self.assertEqual(got, sent)
+                # A write: the control point's 0x01 resets energy expended; BlueZ's refusals come back named.
+                resets = int(self.mock.control.HeartRateState(self.hrm)["EnergyResets"])
+                await client.write_gatt_char("2a39", b"\x01", response=True)
+                self.assertEqual(int(self.mock.control.HeartRateState(self.hrm)["EnergyResets"]), resets + 1)
+                with self.assertRaises(vigil.VigilError) as refused:  # 0x2A39 has no write-without-response
+                    await client.write_gatt_char("2a39", b"\x01", response=False)
+                self.assertEqual(refused.exception.code, "deviceError")
+                self.assertIn("org.bluez.Error.NotPermitted", refused.exception.message)
+                types = [str(dict(call[5][1])["type"]) for call in self.calls("WriteValue")]
+                self.assertEqual(types, ["request", "command"])
+
+                values = asyncio.Queue()
+                await client.start_notify(HRM_MEASUREMENT, lambda characteristic, data: values.put_nowait(bytes(data)))
+                self.wait_until(self.notifying, "StartNotify at the mock")
+                sent = [(60, [1024]), (300, []), (75, [800, 820, 790])]
+                for bpm, rr in sent:
+                    self.heart_rate(bpm, rr)
+                got = [self.measurement_of(await asyncio.wait_for(values.get(), 15)) for _ in sent]
+                self.assertEqual(got, sent)
+
+        asyncio.run(body())
 
     def test_connect_survives_in_progress_aborts_and_an_absent_device(self):
-        c = self.control
-        c.request("ble.registerCentral")
-        dbus = self.dbus
-        self.mock.control.FailNextConnect(self.hrm, "org.bluez.Error.InProgress", dbus.UInt32(1))
-        self.mock.control.FailNextConnectWithMessage(self.hrm, "org.bluez.Error.Failed", "le-connection-abort-by-local", dbus.UInt32(2))
-        c.request("ble.connect", peripheral=HRM)
-        self.push(c, "ble.connected", timeout=30)
-        self.assertGreaterEqual(len(self.calls("Connect")), 4, "one failure each, then success")
+        # With the vigil package: BLEClient.connect waits through the daemon's retries.
+        async def body():
+            async with vigil.Control(self.socket) as control:
+                central = await control.central()
+                dbus = self.dbus
+                self.mock.control.FailNextConnect(self.hrm, "org.bluez.Error.InProgress", dbus.UInt32(1))
+                self.mock.control.FailNextConnectWithMessage(self.hrm, "org.bluez.Error.Failed",
+                                                             "le-connection-abort-by-local", dbus.UInt32(2))
+                losses = asyncio.Queue()
+                client = central.client(HRM, disconnected_callback=lambda c: losses.put_nowait(c.will_reconnect))
+                await client.connect(timeout=30)
+                self.assertGreaterEqual(len(self.calls("Connect")), 4, "one failure each, then success")
 
-        # The peer goes away (the link times out): disconnect with willReconnect; the request stays pending.
-        self.mock.control.DeviceAway(self.hrm, False)
-        gone = self.push(c, "ble.disconnected")
-        self.assertTrue(gone["attributes"]["willReconnect"], gone.header)
-        self.no_push(c, "ble.connected", within=2.0)
-        self.assertIn(HRM, [p["address"] for p in c.request("ble.peripherals")["peripherals"]])
-        # It comes back: connected again, with no new request.
-        self.mock.control.DeviceBack(self.hrm)
-        self.push(c, "ble.connected", timeout=30)
+                # The peer goes away (the link times out): disconnected with willReconnect; the request stays pending.
+                self.mock.control.DeviceAway(self.hrm, False)
+                self.assertTrue(await asyncio.wait_for(losses.get(), 15), "willReconnect")
+                with self.assertRaises(asyncio.TimeoutError):
+                    await client.wait_until_connected(2.0)
+                self.assertIn(HRM, [device.address for device in await central.peripherals()])
+                # It comes back: connected again, with no new request.
+                self.mock.control.DeviceBack(self.hrm)
+                await client.wait_until_connected(30)
+
+        asyncio.run(body())
 
     # A connect never stalls: BlueZ's state decides, not the signals vigild
     # happened to see (issue 10, item 16: a bridge stayed at "connecting"
     # while the link was up and bluetoothd said "already connected").
 
+    # Written with the vigil package: BLEClient.connect returns once vigild announced the link.
+
+    def central_test(self, body):
+        """Runs `body(central)` on a fresh event loop with a vigil.Control's central."""
+        async def run():
+            async with vigil.Control(self.socket) as control:
+                await body(await control.central())
+        asyncio.run(run())
+
+    async def eventually(self, condition, what, timeout=20):
+        """wait_until, letting the event loop run meanwhile."""
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                self.fail(f"timed out waiting for {what}\n{self.diagnostics()}")
+            await asyncio.sleep(0.05)
+
     def test_connect_completes_when_bluez_never_signals_connected(self):
         # Connect replies and the link is up, but no PropertiesChanged says so
         # (lost, merged into another signal, or sent before vigild listened).
-        c = self.control
-        c.request("ble.registerCentral")
         self.mock.control.SetConnectSignals(self.hrm, False)
-        c.request("ble.connect", peripheral=HRM)
-        self.push(c, "ble.connected")
-        # The re-read brought ServicesResolved too: GATT works.
-        self.assertEqual(c.request("ble.read", peripheral=HRM, service=HRS, characteristic=BODY_LOCATION).body, b"\x01")
+
+        async def body(central):
+            client = await central.client(HRM).connect(timeout=15)
+            # The re-read brought ServicesResolved too: GATT works.
+            self.assertEqual(await client.read_gatt_char((HRS, BODY_LOCATION)), b"\x01")
+        self.central_test(body)
         self.assertEqual(len(self.calls("Connect")), 1)
 
     def test_connect_completes_when_bluez_says_already_connected(self):
         # The link is up with no signal ever seen: vigild's Connect gets AlreadyConnected.
-        c = self.control
-        c.request("ble.registerCentral")
         self.mock.control.ConnectSilently(self.hrm)
-        c.request("ble.connect", peripheral=HRM)
-        self.push(c, "ble.connected")
-        self.assertEqual(c.request("ble.read", peripheral=HRM, service=HRS, characteristic=BODY_LOCATION).body, b"\x01")
+
+        async def body(central):
+            client = await central.client(HRM).connect(timeout=15)
+            self.assertEqual(await client.read_gatt_char((HRS, BODY_LOCATION)), b"\x01")
+        self.central_test(body)
         self.assertEqual(len(self.calls("Connect")), 1, "answered AlreadyConnected, and that was enough")
 
     def test_a_device_that_appears_connected_is_announced(self):
         # bluetoothd creates a device for a link with Connected=true in its
         # InterfacesAdded and sends no PropertiesChanged for it.
-        c = self.control
-        c.request("ble.registerCentral")
         late = "AA:BB:CC:DD:EE:02"
-        c.request("ble.connect", peripheral=late)
-        self.wait_until(lambda: self.calls("StartDiscovery"), "discovery for the unknown device")
-        self.mock.control.AddLEDevice("hci0", late, "Late HRM", {"Connected": self.dbus.Boolean(True)})
-        self.push(c, "ble.connected", where=lambda m: m["attributes"]["peripheral"] == late)
+
+        async def body(central):
+            connecting = asyncio.ensure_future(central.client(late).connect(timeout=15))
+            await self.eventually(lambda: self.calls("StartDiscovery"), "discovery for the unknown device")
+            self.mock.control.AddLEDevice("hci0", late, "Late HRM", {"Connected": self.dbus.Boolean(True)})
+            self.assertTrue((await connecting).is_connected)
+        self.central_test(body)
 
     def test_a_connect_left_unanswered_is_checked_and_announced(self):
         # The link comes up without a signal and Connect's reply does not come
         # (BlueZ still resolving): vigild's check of the pending connect finds it.
-        c = self.control
-        c.request("ble.registerCentral")
         self.mock.control.SetConnectSignals(self.hrm, False)
         self.mock.control.SetResolveDelay(self.hrm, 600.0)
-        c.request("ble.connect", peripheral=HRM)
-        self.push(c, "ble.connected", timeout=30)
+
+        async def body(central):
+            await central.client(HRM).connect(timeout=30)
+        self.central_test(body)
 
         def logged():
             with open(f"{self.dir}/vigild.log") as log:
@@ -341,11 +379,11 @@ class BluetoothCentralTests(unittest.TestCase):
     def test_a_connect_bluez_never_answers_with_the_link_down_is_cancelled_and_tried_again(self):
         # Seen in the lab: BlueZ's Connect left pending for good while the peer
         # advertised. vigild cancels it (Disconnect) after 10 s and connects again.
-        c = self.control
-        c.request("ble.registerCentral")
         self.mock.control.HangConnects(self.hrm, 1)
-        c.request("ble.connect", peripheral=HRM)
-        self.push(c, "ble.connected", timeout=40)
+
+        async def body(central):
+            await central.client(HRM).connect(timeout=40)
+        self.central_test(body)
         connects = self.calls("Connect")
         self.assertGreaterEqual(len(connects), 2, f"Connect calls: {connects}")
         self.assertTrue(self.calls("Disconnect"), "the hung Connect was not cancelled")
@@ -359,52 +397,81 @@ class BluetoothCentralTests(unittest.TestCase):
     def test_letting_go_before_connect_replies_takes_the_link_down(self):
         # Connected arrives before Connect's reply (BlueZ replies after resolving
         # services); a client that lets go in between still gets the link cut.
-        c = self.control
-        c.request("ble.registerCentral")
         self.mock.control.SetResolveDelay(self.hrm, 3.0)
-        c.request("ble.connect", peripheral=HRM)
-        self.push(c, "ble.connected")
-        c.request("ble.disconnect", peripheral=HRM)
-        self.wait_until(lambda: self.calls("Disconnect"), "vigild's Disconnect of the link it made")
+
+        async def body(central):
+            client = await central.client(HRM).connect(timeout=15)
+            await client.disconnect()
+            await self.eventually(lambda: self.calls("Disconnect"), "vigild's Disconnect of the link it made")
+        self.central_test(body)
 
     def test_subscriptions_come_back_after_a_link_loss_and_a_bluetoothd_restart(self):
-        c = self.control
-        self.connected_and_subscribed(c)
-        self.heart_rate(61)
-        self.assertEqual(self.measurement(self.push(c, "ble.notification"))[0], 61)
+        # With the vigil package: a BLEClient's disconnected callback, the central's state callback.
+        async def body():
+            async with vigil.Control(self.socket) as control:
+                central = await control.central()
+                states, losses = asyncio.Queue(), asyncio.Queue()
+                central.state_callback = states.put_nowait
+                client = central.client(HRM, disconnected_callback=lambda c: losses.put_nowait(c.will_reconnect))
+                await client.connect(timeout=15)
+                await client.start_notify((HRS, HRM_MEASUREMENT), acquire=False)  # StartNotify, as before the package
+                self.wait_until(self.notifying, "StartNotify at the mock")
 
-        self.mock.control.DisconnectDevice(self.hrm, "org.bluez.Reason.Remote")
-        self.assertTrue(self.push(c, "ble.disconnected")["attributes"]["willReconnect"])
-        self.push(c, "ble.connected", timeout=30)
-        self.wait_until(self.notifying, "StartNotify again after the reconnect")
-        self.heart_rate(62)
-        self.assertEqual(self.measurement(self.push(c, "ble.notification"))[0], 62)
+                async def measured(bpm):
+                    self.heart_rate(bpm)
+                    value = await asyncio.wait_for(anext(client.notifications()), 15)
+                    return self.measurement_of(value.value)[0]
 
-        # bluetoothd restarts: its objects are gone; when it and the device are back, so is everything.
-        self.mock.restart_bluez()
-        self.push(c, "ble.state", where=lambda m: m["attributes"]["state"] in ("resetting", "unsupported"))
-        self.hrm = self.mock.control.AddHeartRateMonitor("hci0", HRM, "Vigil HRM")
-        self.push(c, "ble.connected", timeout=30)
-        self.wait_until(self.notifying, "StartNotify after bluetoothd's restart")
-        self.heart_rate(63)
-        self.assertEqual(self.measurement(self.push(c, "ble.notification"))[0], 63)
+                self.assertEqual(await measured(61), 61)
+                self.mock.control.DisconnectDevice(self.hrm, "org.bluez.Reason.Remote")
+                self.assertTrue(await asyncio.wait_for(losses.get(), 15), "willReconnect")
+                await client.wait_until_connected(30)
+                self.wait_until(self.notifying, "StartNotify again after the reconnect")
+                self.assertEqual(await measured(62), 62)
+
+                # bluetoothd restarts: its objects are gone; when it and the device are back, so is everything.
+                connections = client.connections
+                self.mock.restart_bluez()
+                while await asyncio.wait_for(states.get(), 15) not in ("resetting", "unsupported"):
+                    pass
+                self.hrm = self.mock.control.AddHeartRateMonitor("hci0", HRM, "Vigil HRM")
+                async def reconnected():  # ble.connected again, on the new bluetoothd
+                    while client.connections == connections:
+                        await asyncio.sleep(0.05)
+                await asyncio.wait_for(reconnected(), 30)
+                self.wait_until(self.notifying, "StartNotify after bluetoothd's restart")
+                self.assertEqual(await measured(63), 63)
+
+        asyncio.run(body())
 
     def test_two_clients_share_one_link_and_one_subscription(self):
-        first, second = self.control, self.connect()
-        self.connected_and_subscribed(first)
-        self.connected_and_subscribed(second)
-        self.assertEqual(len(self.calls("StartNotify")), 1, "one notify session for both")
-        self.heart_rate(70)
-        self.assertEqual(self.measurement(self.push(first, "ble.notification"))[0], 70)
-        self.assertEqual(self.measurement(self.push(second, "ble.notification"))[0], 70)
-        # One client lets go: the other keeps the link and its values.
-        first.request("ble.disconnect", peripheral=HRM)
-        self.heart_rate(71)
-        self.assertEqual(self.measurement(self.push(second, "ble.notification"))[0], 71)
-        self.assertEqual(self.calls("Disconnect"), [], "the link was cut while another client used it")
-        # The last one lets go: vigild disconnects the link it made.
-        second.request("ble.disconnect", peripheral=HRM)
-        self.wait_until(lambda: self.calls("Disconnect"), "Disconnect once nobody uses the link")
+        # With the vigil package: two control connections, each with its central and client.
+        async def body():
+            async with vigil.Control(self.socket) as first, vigil.Control(self.socket) as second:
+                clients = []
+                for control in (first, second):
+                    client = await (await control.central()).client(HRM).connect(timeout=15)
+                    await client.start_notify((HRS, HRM_MEASUREMENT), acquire=False)  # StartNotify
+                    clients.append(client)
+                self.wait_until(self.notifying, "notifications on at the mock")
+                self.assertEqual(len(self.calls("StartNotify")), 1, "one notify session for both")
+
+                async def measured(client):
+                    value = await asyncio.wait_for(anext(client.notifications()), 15)
+                    return self.measurement_of(value.value)[0]
+
+                self.heart_rate(70)
+                self.assertEqual([await measured(c) for c in clients], [70, 70])
+                # One client lets go: the other keeps the link and its values.
+                await clients[0].disconnect()
+                self.heart_rate(71)
+                self.assertEqual(await measured(clients[1]), 71)
+                self.assertEqual(self.calls("Disconnect"), [], "the link was cut while another client used it")
+                # The last one lets go: vigild disconnects the link it made.
+                await clients[1].disconnect()
+                self.wait_until(lambda: self.calls("Disconnect"), "Disconnect once nobody uses the link")
+
+        asyncio.run(body())
 
     def test_acquire_notify_delivers_through_the_socket(self):
         c = self.control

@@ -7,6 +7,7 @@ vigild's exported objects. Clients are a control connection (as `vigilctl ble
 serve`) or an app (clients/python/example_app.py, relaunched by requests).
 """
 
+import asyncio
 import json
 import os
 import shutil
@@ -20,6 +21,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_ble_daemon import EXAMPLE_APP, PYTHON, REPO, VIGILD, extra_threads, missing  # noqa: E402
 from vigil_client import ControlClient, VigilError  # noqa: E402
+import vigil  # noqa: E402  (clients/python, put on sys.path by test_ble_daemon)
 
 HRS = "0000180d-0000-1000-8000-00805f9b34fb"
 MEASUREMENT = "00002a37-0000-1000-8000-00805f9b34fb"
@@ -99,14 +101,6 @@ class BluetoothPeripheralTests(unittest.TestCase):
             text = "vigild log:\n" + "".join(log.readlines()[-40:])
         return text + "\napp records:\n" + "\n".join(json.dumps(r) for r in self.records()[-20:])
 
-    def push(self, kind, timeout=15):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            message = self.control.next_unsolicited(timeout=max(0.01, deadline - time.monotonic()))
-            if message is not None and message.type == "blePush" and message["kind"] == kind:
-                return message
-        self.fail(f"no {kind} push within {timeout} s")
-
     def application(self):
         """The one registered GATT application: {object path: {interface: props}}."""
         apps = self.mock.control.Applications()
@@ -143,82 +137,97 @@ class BluetoothPeripheralTests(unittest.TestCase):
 
     # Tests
 
+    # Control-role tests, written with the vigil package (clients/python/vigil):
+    # its PeripheralManager instead of hand-written ble.* requests and pushes.
+
+    def peripheral_test(self, body):
+        """Runs `body(manager)` on a fresh event loop with a vigil.Control's peripheral manager."""
+        async def run():
+            async with vigil.Control(self.socket) as control:
+                await body(await control.peripheral())
+        asyncio.run(run())
+
+    async def next_request(self, manager, kind, timeout=15):
+        request = await manager.next_request(timeout)
+        self.assertIsNotNone(request, f"no {kind} request within {timeout} s\n{self.diagnostics()}")
+        self.assertEqual(request.kind, kind, request)
+        return request
+
     def test_bad_definitions_are_refused_before_bluez_sees_them(self):
-        c = self.control
-        c.request("ble.registerPeripheral")
-        for service, words in (
-            ({"uuid": "xyz", "characteristics": []}, "not a Bluetooth UUID"),
-            ({"uuid": "180d", "characteristics": [{"uuid": "2a37", "properties": ["notify"], "value": "01"}]}, "read-only"),
-            ({"uuid": "180d", "characteristics": [{"uuid": "2a37", "properties": ["fly"]}]}, "unknown property"),
-            ({"uuid": "180d", "characteristics": [{"uuid": "2a37", "properties": ["read"]},
-                                                  {"uuid": "2a37", "properties": ["read"]}]}, "twice"),
-        ):
-            with self.assertRaises(VigilError) as refused:
-                c.request("ble.addService", service=service)
-            self.assertEqual(refused.exception.code, "invalidArgument")
-            self.assertIn(words, refused.exception.message)
+        async def body(manager):
+            for service, words in (
+                ({"uuid": "xyz", "characteristics": []}, "not a Bluetooth UUID"),
+                (vigil.service_definition("180d", [vigil.characteristic_definition("2a37", ["notify"], b"\x01")]),
+                 "read-only"),
+                (vigil.service_definition("180d", [vigil.characteristic_definition("2a37", ["fly"])]), "unknown property"),
+                (vigil.service_definition("180d", [vigil.characteristic_definition("2a37", ["read"])] * 2), "twice"),
+            ):
+                with self.assertRaises(vigil.VigilError) as refused:
+                    await manager.add_service(service)
+                self.assertEqual(refused.exception.code, "invalidArgument")
+                self.assertIn(words, refused.exception.message)
+        self.peripheral_test(body)
         self.assertEqual(len(self.mock.control.Applications()), 0, "nothing reached BlueZ")
 
     def test_control_client_serves_fixed_and_dynamic_values_and_notifies(self):
-        c = self.control
-        c.request("ble.registerPeripheral")
-        c.request("ble.addService", service=SERVICE)
-        tree = self.application()
-        services = [p for p in tree.values() if "org.bluez.GattService1" in p]
-        self.assertEqual([str(s["org.bluez.GattService1"]["UUID"]) for s in services], [HRS])
+        async def body(manager):
+            await manager.add_service(SERVICE)
+            tree = self.application()
+            services = [p for p in tree.values() if "org.bluez.GattService1" in p]
+            self.assertEqual([str(s["org.bluez.GattService1"]["UUID"]) for s in services], [HRS])
 
-        # A fixed value is answered by vigild itself: no push to the client.
-        thread, result = self.remote("RemoteRead", self.characteristic_path(LOCATION), self.dbus.UInt16(0))
-        thread.join(10)
-        self.assertEqual((str(result["value"][0]), bytes(result["value"][1])), ("", b"\x02"), result)
-        # A dynamic read goes to the client, who answers with the value.
-        thread, result = self.remote("RemoteRead", self.characteristic_path(CONTROL_POINT), self.dbus.UInt16(0))
-        request = self.push("ble.peripheral.read")
-        self.assertEqual(request["attributes"]["characteristic"], CONTROL_POINT)
-        c.request("ble.respond", request=request["attributes"]["request"], body=b"\x07\x08")
-        thread.join(10)
-        self.assertEqual(bytes(result["value"][1]), b"\x07\x08", result)
-        # A write with response: the client gets the value and may refuse it.
-        thread, result = self.remote("RemoteWrite", self.characteristic_path(CONTROL_POINT), b"\x02", "request")
-        write = self.push("ble.peripheral.write")
-        self.assertEqual(write.body, b"\x02")
-        c.request("ble.respond", request=write["attributes"]["request"], error="writeNotPermitted")
-        thread.join(10)
-        self.assertEqual(str(result["value"]), "org.bluez.Error.NotPermitted", result)
-        # Subscribe, then updates reach the central in order.
-        thread, result = self.remote("RemoteStartNotify", self.characteristic_path(MEASUREMENT))
-        thread.join(10)
-        self.push("ble.peripheral.subscribed")
-        for bpm in (70, 71, 72):
-            self.assertTrue(c.request("ble.updateValue", service="180d", characteristic="2a37", body=bytes([0, bpm]))["sent"])
-        path = self.characteristic_path(MEASUREMENT)
-        self.wait_until(lambda: len(self.mock.control.RemoteNotifications(path)) == 3, "3 notifications at the central")
-        self.assertEqual([bytes(v) for v in self.mock.control.RemoteNotifications(path)], [b"\x00F", b"\x00G", b"\x00H"])
+            # A fixed value is answered by vigild itself: no request reaches the client.
+            thread, result = self.remote("RemoteRead", self.characteristic_path(LOCATION), self.dbus.UInt16(0))
+            thread.join(10)
+            self.assertEqual((str(result["value"][0]), bytes(result["value"][1])), ("", b"\x02"), result)
+            # A dynamic read goes to the client, who answers with the value.
+            thread, result = self.remote("RemoteRead", self.characteristic_path(CONTROL_POINT), self.dbus.UInt16(0))
+            request = await self.next_request(manager, "read")
+            self.assertEqual(request.characteristic, CONTROL_POINT)
+            await request.respond(b"\x07\x08")
+            thread.join(10)
+            self.assertEqual(bytes(result["value"][1]), b"\x07\x08", result)
+            # A write with response: the client gets the value and may refuse it.
+            thread, result = self.remote("RemoteWrite", self.characteristic_path(CONTROL_POINT), b"\x02", "request")
+            write = await self.next_request(manager, "write")
+            self.assertEqual(write.value, b"\x02")
+            await write.fail("writeNotPermitted")
+            thread.join(10)
+            self.assertEqual(str(result["value"]), "org.bluez.Error.NotPermitted", result)
+            # Subscribe, then updates reach the central in order.
+            thread, result = self.remote("RemoteStartNotify", self.characteristic_path(MEASUREMENT))
+            thread.join(10)
+            await self.next_request(manager, "subscribed")
+            for bpm in (70, 71, 72):
+                self.assertTrue((await manager.update_value("180d", "2a37", bytes([0, bpm]))).sent)
+            path = self.characteristic_path(MEASUREMENT)
+            self.wait_until(lambda: len(self.mock.control.RemoteNotifications(path)) == 3, "3 notifications at the central")
+            self.assertEqual([bytes(v) for v in self.mock.control.RemoteNotifications(path)], [b"\x00F", b"\x00G", b"\x00H"])
+        self.peripheral_test(body)
 
     def test_an_unanswered_request_gets_the_central_an_error_not_a_hang(self):
-        c = self.control
-        c.request("ble.registerPeripheral")
-        c.request("ble.addService", service=SERVICE)
-        started = time.monotonic()
-        thread, result = self.remote("RemoteRead", self.characteristic_path(CONTROL_POINT), self.dbus.UInt16(0))
-        self.push("ble.peripheral.read")
-        thread.join(24)  # the daemon's request timeout (10 s here) answers it, before the mock's own (25 s)
-        self.assertFalse(thread.is_alive())
-        self.assertEqual(str(result["value"][0]), "org.bluez.Error.Failed", result)
-        self.assertLess(time.monotonic() - started, 22)
+        async def body(manager):
+            await manager.add_service(SERVICE)
+            started = time.monotonic()
+            thread, result = self.remote("RemoteRead", self.characteristic_path(CONTROL_POINT), self.dbus.UInt16(0))
+            await self.next_request(manager, "read")
+            thread.join(24)  # the daemon's request timeout (10 s here) answers it, before the mock's own (25 s)
+            self.assertFalse(thread.is_alive())
+            self.assertEqual(str(result["value"][0]), "org.bluez.Error.Failed", result)
+            self.assertLess(time.monotonic() - started, 22)
+        self.peripheral_test(body)
 
     def test_advertising_limits_come_back_as_clear_errors(self):
-        c = self.control
-        c.request("ble.registerPeripheral")
-        c.request("ble.startAdvertising", advertisement={"localName": "Vigil", "serviceUUIDs": ["180d"]})
-        ads = self.mock.control.Advertisements()
-        self.assertEqual(len(ads), 1)
-        self.assertEqual(str(ads[0][2]["LocalName"]), "Vigil")
-        too_long = {"localName": "Vigil", "manufacturerData": {"65535": "00" * 40}}
-        with self.assertRaises(VigilError) as refused:
-            c.request("ble.startAdvertising", advertisement=too_long)
-        self.assertEqual(refused.exception.code, "deviceError")
-        self.assertIn("InvalidLength", refused.exception.message)
+        async def body(manager):
+            await manager.start_advertising(local_name="Vigil", service_uuids=["180d"])
+            ads = self.mock.control.Advertisements()
+            self.assertEqual(len(ads), 1)
+            self.assertEqual(str(ads[0][2]["LocalName"]), "Vigil")
+            with self.assertRaises(vigil.VigilError) as refused:
+                await manager.start_advertising(local_name="Vigil", manufacturer_data={65535: bytes(40)})
+            self.assertEqual(refused.exception.code, "deviceError")
+            self.assertIn("InvalidLength", refused.exception.message)
+        self.peripheral_test(body)
 
     def test_a_killed_app_keeps_its_service_and_is_relaunched_by_the_next_request(self):
         self.control.app_action("launch", APP)

@@ -374,8 +374,8 @@ class SystemDaemonPermissionTests(unittest.TestCase):
         status = as_user(ACCOUNTS.watcher, [VIGILCTL, "--socket", self.daemon.socket, "status"])
         self.assertEqual(status.returncode, 0, status.stderr)
         wake = as_user(ACCOUNTS.watcher, [VIGILCTL, "--socket", self.daemon.socket, "wake", USER_APP])
-        self.assertNotEqual(wake.returncode, 0)
-        self.assertIn("notPermitted", wake.stdout + wake.stderr)
+        self.assertEqual(wake.returncode, 77, "EX_NOPERM: refused")
+        self.assertIn("'wake' is not permitted", wake.stderr)
 
     def test_others_may_not_use_the_control_role(self):
         for user in (ACCOUNTS.outsider, ACCOUNTS.app_user):
@@ -383,6 +383,14 @@ class SystemDaemonPermissionTests(unittest.TestCase):
             self.assertEqual(result["hello"], "unauthorized", result)
             self.assertIn(f"uid {ACCOUNTS.uid(user)} may not use the control role", result["message"])
             self.assertIn(f"control group '{ACCOUNTS.control_group}'", result["message"])
+        # Through vigilctl: EX_NOPERM, the reason in words, and as JSON under --json.
+        refused = as_user(ACCOUNTS.outsider, [VIGILCTL, "--socket", self.daemon.socket, "status"])
+        self.assertEqual(refused.returncode, 77, refused.stderr)
+        self.assertIn("may not use the control role", refused.stderr)
+        self.assertNotIn("unauthorized", refused.stderr)
+        refused = as_user(ACCOUNTS.outsider, [VIGILCTL, "--socket", self.daemon.socket, "--json", "apps"])
+        self.assertEqual(refused.returncode, 77, refused.stderr)
+        self.assertEqual(json.loads(refused.stderr)["error"]["code"], "unauthorized")
 
 
 def umockdev_missing():

@@ -19,12 +19,16 @@ final class BenchDaemon: @unchecked Sendable {
     let directory: String
     let socket: String
     let recordPath: String
+    /// The record file of every app but `appID` (a scale run's).
+    var scaleRecordPath: String { directory + "/scale-record.jsonl" }
     let cgroupRoot: String?
     private(set) var process: SpawnedProcess?
     private(set) var control: ControlClient!
     /// The private system bus, with `bus: .present`.
     private var busDaemon: SpawnedProcess?
     static let appID = "org.vigil.bench"
+    /// Every app installed: `appID`, then `org.vigil.bench.1` … for a scale run.
+    let appIDs: [String]
 
     enum Bus: String {
         case inherited, absent, present
@@ -40,8 +44,10 @@ final class BenchDaemon: @unchecked Sendable {
     private var teardownID = 0
 
     init(
-        binaries: String, vigild: String? = nil, suspension: String, bluetooth: Bool = true, bus: Bus = .inherited, label: String? = nil
+        binaries: String, vigild: String? = nil, suspension: String, bluetooth: Bool = true, bus: Bus = .inherited, label: String? = nil,
+        apps: Int = 1, timings: String = ""
     ) async throws {
+        appIDs = [Self.appID] + (1..<max(1, apps)).map { "\(Self.appID).\($0)" }
         let name = "vigil-bench-\(getpid())-\(label ?? suspension)"
         directory = FileManager.default.temporaryDirectory.appendingPathComponent(name).path
         socket = directory + "/vigild.sock"
@@ -62,6 +68,7 @@ final class BenchDaemon: @unchecked Sendable {
             bluetooth = \(bluetooth)
             [timings]
             exit-grace = 1.0
+            \(timings)
 
             """
         if let cgroupRoot { config = "cgroup-root = \"\(cgroupRoot)\"\n" + config }
@@ -73,6 +80,17 @@ final class BenchDaemon: @unchecked Sendable {
             VIGIL_DEMO_RECORD = "\(recordPath)"
             VIGIL_DEMO_QUIET = "1"
             """.write(toFile: directory + "/apps/bench.toml", atomically: true, encoding: .utf8)
+        for id in appIDs.dropFirst() {
+            // Scale apps share one record file (lines are single O_APPEND writes):
+            // the scale phase counts their `launch` lines to know all are connected.
+            try """
+                id = "\(id)"
+                exec = ["\(binaries)/vigil-demo-app"]
+                [environment]
+                VIGIL_DEMO_RECORD = "\(scaleRecordPath)"
+                VIGIL_DEMO_QUIET = "1"
+                """.write(toFile: directory + "/apps/\(id).toml", atomically: true, encoding: .utf8)
+        }
 
         let log = open(directory + "/vigild.log", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
         guard log >= 0 else { throw BenchError("cannot create \(directory)/vigild.log") }
@@ -156,6 +174,15 @@ final class BenchDaemon: @unchecked Sendable {
             tracked.withLock { $0.apps[pid] = stat.startTime }
         }
         return pid
+    }
+
+    /// Remembers an app's process (as `appPID` does), so that `stop` can end
+    /// it should vigild not. For a scale run, whose app list is too long for
+    /// one `apps` reply.
+    func track(pid: Int32) {
+        if pid > 0, let stat = ProcessStat.read(pid) {
+            tracked.withLock { $0.apps[pid] = stat.startTime }
+        }
     }
 
     /// The measurements with this daemon are done; `stop` keeps quiet.

@@ -8,16 +8,24 @@ import VigilSystem
 // real sample app. Prints figures; asserts nothing. See docs/performance.md.
 //
 //   swift build -c release && sudo .build/release/vigil-bench [--wakes N] [--idle-seconds S]
-//       [--settle-seconds S] [--vigild PATH]
+//       [--settle-seconds S] [--vigild PATH] [--phases baseline,cgroup,signal] [--apps N ...] [--rounds R]
 //
 // --wakes 0 skips the latency runs, --idle-seconds 0 the idle ones; --vigild
-// measures another build of vigild (e.g. an older one) with this benchmark.
+// measures another build of vigild (e.g. an older one) with this benchmark;
+// --phases picks latency phases (callgrind runs one at a time); --apps N runs
+// the scale phase with N apps (each woken once per round, R rounds).
 
 struct Options {
     var wakes = 1000
     var idleSeconds = 30
     var settleSeconds = 10
     var vigild: String?
+    var phases: Set<String> = ["baseline", "cgroup", "signal"]
+    var scaleApps: [Int] = []
+    var rounds = 3
+
+    static let usageText = "usage: vigil-bench [--wakes N] [--idle-seconds S] [--settle-seconds S] [--vigild PATH]"
+        + " [--phases baseline,cgroup,signal] [--apps N ...] [--rounds R]\n"
 
     static func parse(_ arguments: [String]) -> Options {
         var options = Options()
@@ -28,13 +36,24 @@ struct Options {
             case "--idle-seconds": options.idleSeconds = Int(arguments.popFirst() ?? "") ?? options.idleSeconds
             case "--settle-seconds": options.settleSeconds = Int(arguments.popFirst() ?? "") ?? options.settleSeconds
             case "--vigild": options.vigild = arguments.popFirst()
-            default:
-                FileHandle.standardError.write(
-                    "usage: vigil-bench [--wakes N] [--idle-seconds S] [--settle-seconds S] [--vigild PATH]\n".data(using: .utf8)!)
-                exit(2)
+            case "--phases":
+                options.phases = Set((arguments.popFirst() ?? "").split(separator: ",").map(String.init))
+                guard options.phases.isSubset(of: ["baseline", "cgroup", "signal"]) else { usage() }
+            case "--apps":
+                guard let count = arguments.popFirst().flatMap(Int.init), count > 0 else { usage() }
+                options.scaleApps.append(count)
+            case "--rounds":
+                guard let rounds = arguments.popFirst().flatMap(Int.init), rounds > 0 else { usage() }
+                options.rounds = rounds
+            default: usage()
             }
         }
         return options
+    }
+
+    static func usage() -> Never {
+        FileHandle.standardError.write(usageText.data(using: .utf8)!)
+        exit(2)
     }
 }
 let binaries = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent().path
@@ -42,6 +61,8 @@ let binaries = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksI
 struct Figures {
     var name: String
     var samples: [Double]  // microseconds
+    /// vigild's CPU time (every thread, user + system) per event of the phase, µs.
+    var daemonCPUPerEvent: Double = .nan
 
     func percentile(_ p: Double) -> Double {
         let sorted = samples.sorted()
@@ -79,6 +100,8 @@ func measure(_ name: String, daemon: BenchDaemon, count: Int, suspended: Bool) a
     let pid = try await daemon.appPID()
     var samples: [Double] = []
     var dispositions: [String: Int] = [:]
+    if suspended { try await waitFor("suspension") { isSuspended(daemon, pid: pid) } }
+    let cpuBefore = cpuNanoseconds(of: daemon.pid)
     for _ in 0..<count {
         if suspended { try await waitFor("suspension") { isSuspended(daemon, pid: pid) } }
         let sent = MonotonicInstant.now().nanoseconds
@@ -93,9 +116,25 @@ func measure(_ name: String, daemon: BenchDaemon, count: Int, suspended: Bool) a
         }
         samples.append(latency!)
     }
+    // The last event's cycle ends with the app suspended again (or, awake, its ack handled).
+    if suspended { try await waitFor("suspension") { isSuspended(daemon, pid: pid) } } else { usleep(20_000) }
+    let cpu = Double(cpuNanoseconds(of: daemon.pid) - cpuBefore) / 1000 / Double(count)
     let summary = dispositions.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
-    print("  \(name): \(count) events (\(summary))")
-    return Figures(name: name, samples: samples)
+    print("  \(name): \(count) events (\(summary)), vigild CPU \(String(format: "%.1f", cpu)) µs per event")
+    return Figures(name: name, samples: samples, daemonCPUPerEvent: cpu)
+}
+
+/// CPU time of every thread of `pid` so far (user + system, ns), from the
+/// scheduler's own accounting (`/proc/PID/task/TID/schedstat`, nanoseconds),
+/// not the 10 ms ticks of `/proc/PID/stat`.
+func cpuNanoseconds(of pid: Int32) -> UInt64 {
+    let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+    var total: UInt64 = 0
+    for tid in tasks {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/task/\(tid)/schedstat", encoding: .utf8) else { continue }
+        total += text.split(separator: " ").first.flatMap { UInt64($0) } ?? 0
+    }
+    return total
 }
 
 /// Context switches (voluntary + involuntary) per thread of `pid`, keyed by "name/tid".
@@ -192,7 +231,8 @@ func run(_ options: Options) async throws {
     print("vigil-bench: \(wakes) wakes per mechanism, \(options.idleSeconds) s idle per configuration; binaries in \(binaries)"
         + (options.vigild.map { "; vigild: \($0)" } ?? ""))
     var figures: [Figures] = []
-    for mechanism in ["cgroup", "signal"] where wakes > 0 {
+    let phases = options.phases
+    for mechanism in ["cgroup", "signal"] where wakes > 0 && (phases.contains(mechanism) || (mechanism == "cgroup" && phases.contains("baseline"))) {
         let daemon = try await BenchDaemon(binaries: binaries, vigild: options.vigild, suspension: mechanism)
         defer { daemon.stop() }  // also on errors; Teardown runs it on a signal
         let status = try await daemon.control.status()
@@ -204,13 +244,20 @@ func run(_ options: Options) async throws {
             try await daemon.control.apps().first { $0.id == BenchDaemon.appID }?.state == .active
         }
         _ = try await daemon.appPID()
-        if mechanism == "cgroup" {
+        if mechanism == "cgroup" && phases.contains("baseline") {
             figures.append(try await measure("baseline: app active (no wake)", daemon: daemon, count: wakes, suspended: false))
         }
-        _ = try await daemon.control.perform(.background, app: BenchDaemon.appID)
-        figures.append(try await measure(
-            "wake from \(mechanism == "cgroup" ? "cgroup freezer" : "SIGSTOP fallback")", daemon: daemon, count: wakes, suspended: true))
+        if phases.contains(mechanism) {
+            _ = try await daemon.control.perform(.background, app: BenchDaemon.appID)
+            figures.append(try await measure(
+                "wake from \(mechanism == "cgroup" ? "cgroup freezer" : "SIGSTOP fallback")", daemon: daemon, count: wakes, suspended: true))
+        }
         daemon.succeeded()
+    }
+    var scale: [ScaleResult] = []
+    for apps in options.scaleApps {
+        print("  scale: \(apps) apps, \(options.rounds) rounds")
+        scale.append(try await scaleRun(apps: apps, rounds: options.rounds, vigild: options.vigild))
     }
     var idle: [IdleResult] = []
     for configuration in IdleConfiguration.all where options.idleSeconds > 0 {
@@ -219,16 +266,17 @@ func run(_ options: Options) async throws {
     }
     print("")
     if !figures.isEmpty {
-        print("wake latency, from the event's send to the app's handler (µs):")
-        print("  scenario                              p50       p99       max    p50 vs baseline")
-        let baseline = figures.first?.percentile(0.5) ?? .nan
+        print("wake latency, from the event's send to the app's handler (µs), and vigild's CPU per event:")
+        print("  scenario                              p50       p99       max    p50 vs baseline  vigild CPU µs")
+        let baseline = figures.first { $0.name.hasPrefix("baseline") }?.percentile(0.5) ?? .nan
         for figure in figures {
             let numbers = String(
-                format: "%8.0f  %8.0f  %8.0f    %.1fx", figure.percentile(0.5), figure.percentile(0.99),
-                figure.samples.max() ?? .nan, figure.percentile(0.5) / baseline)
+                format: "%8.0f  %8.0f  %8.0f    %.2fx            %7.1f", figure.percentile(0.5), figure.percentile(0.99),
+                figure.samples.max() ?? .nan, figure.percentile(0.5) / baseline, figure.daemonCPUPerEvent)
             print("  " + figure.name.padding(toLength: 34, withPad: " ", startingAt: 0) + " " + numbers)
         }
     }
+    if !scale.isEmpty { print(scaleReport(scale)) }
     if !idle.isEmpty { print(idleReport(idle)) }
 }
 

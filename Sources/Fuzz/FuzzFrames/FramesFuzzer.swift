@@ -9,7 +9,11 @@ import VigilProtocol
 ///   frames and the same error (the daemon reads whatever `read()` returns);
 /// - a frame re-encoded splits back to itself;
 /// - a message that decoded re-encodes (no trap in `MessageCodec.frame`) and
-///   decodes again to an equal value (the daemon forwards and saves what it decoded).
+///   decodes again to an equal value (the daemon forwards and saves what it decoded);
+/// - the hand-written coding of the frequent frames (`HotFrames`) agrees with
+///   Foundation's: a header it takes is an object with the same `type` (and
+///   `id`) to `JSONDecoder`; a message both decoders take is equal; a hot
+///   message re-encodes to the bytes `JSONEncoder` writes.
 public enum FramesFuzzer {
     public static func fuzz(_ bytes: [UInt8]) {
         var whole = FrameDecoder()
@@ -63,6 +67,11 @@ public enum FramesFuzzer {
             _ = error.description
             return
         }
+        guard let generic = MessageCodec.genericEnvelope(frame.header) else {
+            fail("a header HeaderReader takes is not an object with a string type to JSONDecoder")
+        }
+        check(generic.type == message.type, "type \(message.type) here, \(generic.type) to JSONDecoder")
+        if let id = generic.id { check(message.id.map(Int64.init) == id, "id \(String(describing: message.id)) here, \(id) to JSONDecoder") }
         for type in byType[message.type] ?? [] {
             roundTrip(message, as: type)
         }
@@ -76,7 +85,13 @@ public enum FramesFuzzer {
             _ = error.description
             return
         }
+        if let hot: M = try? HotFrames.decode(message), let generic = try? message.genericDecode(M.self) {
+            check(hot == generic, "\(M.self) decodes to \(hot) by hand, \(generic) by JSONDecoder")
+        }
         let frame = MessageCodec.frame(decoded, id: message.id, body: message.body)
+        if let hot = HotFrames.header(decoded, id: message.id) {
+            check(hot == MessageCodec.genericHeader(decoded, id: message.id), "\(M.self) encodes by hand unlike JSONEncoder")
+        }
         guard let again = try? IncomingMessage(frame: frame) else {
             fail("\(M.self) re-encoded has no readable envelope")
         }

@@ -25,9 +25,30 @@ extension DaemonCore {
                 deviceAdded(device)
             }
         } catch {
+            state.udevProblem = "\(error)"
             accessoryState = state
             logger.error("accessories disabled: cannot use udev: \(error)")
         }
+    }
+
+    /// For `status`: whether accessories are found and followed. Without
+    /// systemd-udevd (its control socket missing) enumeration still works, but
+    /// no hot-plug event and no rule's properties arrive; umockdev's testbed
+    /// plays udevd for the tests.
+    var udevHealth: UdevHealth {
+        guard accessoryState.monitor != nil else {
+            return UdevHealth(
+                condition: .unavailable,
+                detail: "cannot use udev (\(accessoryState.udevProblem ?? "not started")): no accessories are found")
+        }
+        let accessories = accessoryState.registry.connected.count
+        let environment = ProcessInfo.processInfo.environment
+        if environment["UMOCKDEV_DIR"] == nil, !FileManager.default.fileExists(atPath: "/run/udev/control") {
+            return UdevHealth(
+                condition: .noUdevd,
+                detail: "no /run/udev/control: \(accessories) accessory(ies) found at start; hot-plug events and udev rules' properties do not arrive")
+        }
+        return UdevHealth(condition: .ok, detail: "following hot-plug; \(accessories) accessory(ies) connected")
     }
 
     /// Closes the ports. Leaving them kept, the port keeper goes on holding
@@ -128,7 +149,7 @@ extension DaemonCore {
         do {
             try withEngine { engine, now throws(ProtocolError) in _ = try engine.deliver(event, to: app, now: now) }
         } catch {
-            logger.warning("\(kind) for \(app) not queued: \(error)")
+            logger.warning("\(kind) for \(app) not queued: \(error)", metadata: ["app": "\(app)"])
         }
     }
 

@@ -119,6 +119,7 @@ extension DaemonCore {
         } catch {
             logger.error("cannot record sessions in \(config.stateDirectory)/sessions.json: \(error)")
         }
+        updateSystemdStatus()  // the session count is in systemd's STATUS= line
     }
 
     /// Re-establishes the sessions an earlier daemon recorded, with their ids,
@@ -328,7 +329,7 @@ extension DaemonCore {
             let paused = accessoryState.ports[record.id]?.readingPaused ?? false
             guard paused || open.log.written > open.announced else { continue }
             if open.acknowledgedAtHeldBackWake == open.log.acknowledged {
-                logger.warning("session \(record.id): \(app) acknowledged nothing during its last window; not woken again until other work arrives")
+                logger.warning("session \(record.id): \(app) acknowledged nothing during its last window; not woken again until other work arrives", metadata: ["app": "\(app)"])
                 continue
             }
             open.acknowledgedAtHeldBackWake = open.log.acknowledged

@@ -44,6 +44,14 @@ extension DaemonCore {
         }
     }
 
+    /// For `status`: usable, or which of bus, bluetoothd, adapter and power is missing.
+    var bluetoothHealth: BluetoothHealth {
+        guard let central else {
+            return BluetoothHealth(condition: .disabled, detail: "disabled in the daemon's config (bluetooth = false)")
+        }
+        return central.assumeIsolated { $0.health }
+    }
+
     /// What apps asked of Bluetooth, for the state file (nil when disabled).
     func savedBluetooth() -> SavedBluetooth? {
         guard let central, let peripheral else { return nil }
@@ -74,7 +82,7 @@ extension DaemonCore {
                 try withEngine { engine, now throws(ProtocolError) in _ = try engine.deliver(event, to: app, now: now) }
             } catch {
                 // Counted, logged and reported to the app as an overflow by the engine.
-                logger.warning("bluetooth: '\(kind)' for \(app) not queued: \(error)")
+                logger.warning("bluetooth: '\(kind)' for \(app) not queued: \(error)", metadata: ["app": "\(app)"])
             }
         }
     }

@@ -44,7 +44,10 @@ extension DaemonCore {
             let request: RegisterCentral = try message.decode()
             try now { $0.register(client, restoreIdentifier: request.restoreIdentifier) }
         case GetBluetoothState.type:
-            try now { BluetoothStateReply(state: $0.state, adapter: $0.adapterName) }
+            try now { central in
+                let health = central.health
+                return BluetoothStateReply(state: central.state, adapter: central.adapterName, condition: health.condition, detail: health.detail)
+            }
         case StartScan.type:
             let request: StartScan = try message.decode()
             try now { central throws(ProtocolError) in

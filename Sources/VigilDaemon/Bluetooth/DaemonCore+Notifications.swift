@@ -47,7 +47,7 @@ extension DaemonCore {
             }
             if let refused {
                 // A full queue: counted, logged and reported to the app as an overflow by the engine.
-                logger.warning("bluetooth: \(refused.count) value(s) of \(path.characteristic) for \(app) not queued: \(refused.error)")
+                logger.warning("bluetooth: \(refused.count) value(s) of \(path.characteristic) for \(app) not queued: \(refused.error)", metadata: ["app": "\(app)"])
             }
         }
     }

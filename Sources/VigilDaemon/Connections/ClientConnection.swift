@@ -28,6 +28,21 @@ final class ClientConnection {
     var wantsWritable = false
     var closeTimer: TimerID?
 
+    /// The one buffer every client socket is read into (then only the bytes
+    /// read are appended to the connection's `decoder`): the loop thread reads
+    /// one socket at a time, and a fresh zero-filled 64 KiB per readable socket
+    /// was a seventh of the daemon's instructions per wake.
+    static let readBuffer = ReadBuffer(byteCount: 64 * 1024)
+
+    final class ReadBuffer: @unchecked Sendable {
+        /// Used on the loop thread only.
+        let bytes: UnsafeMutableRawBufferPointer
+
+        init(byteCount: Int) {
+            bytes = .allocate(byteCount: byteCount, alignment: 16)
+        }
+    }
+
     /// A client that reads nothing while we keep writing is cut off here rather
     /// than letting daemon memory grow without bound (events stay queued).
     static let maxPendingOutput = 16 * 1024 * 1024

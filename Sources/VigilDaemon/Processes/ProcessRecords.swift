@@ -10,8 +10,9 @@ struct ProcessRecord: Codable, Equatable {
     var startTime: UInt64
     /// The session (and process group) it leads: apps are started with setsid.
     var session: Int32
-    /// Whether the daemon had stopped it (cgroup.freeze or SIGSTOP). Set
-    /// before stopping and cleared after resuming, so it is never short of the truth.
+    /// Whether the daemon had stopped it (cgroup.freeze or SIGSTOP) when the
+    /// file was last written (a spawn, exit or adoption; not every freeze and
+    /// thaw). Informational: adoption reads the live state, never this.
     var stopped: Bool
 
     /// The recorded process as it is now, if it still runs: same pid, same
@@ -24,10 +25,11 @@ struct ProcessRecord: Codable, Equatable {
 }
 
 /// `<state-dir>/processes.json`: every app process of this daemon, rewritten
-/// whole and atomically (temporary file + rename) at each spawn, exit, freeze
-/// and thaw. Apps are started rarely and the file is tiny. It is not fsynced:
-/// the processes it describes do not outlive the machine, and what a killed
-/// daemon wrote is in the page cache.
+/// whole and atomically (temporary file + rename) at each spawn, exit and
+/// adoption; not at freezes and thaws, which happen at every wake (the
+/// file, written with Foundation's atomic write, was also fsynced each time).
+/// Nothing needs it durable: the processes it describes do not outlive the
+/// machine, and what a killed daemon wrote is in the page cache.
 struct ProcessRecordFile {
     let path: String
 

@@ -1,6 +1,17 @@
 import Foundation
 import VigilProtocol
 
+/// Where apps' standard output and error go.
+public enum AppOutputPreference: String, Sendable {
+    /// The journal when the daemon's own standard error is the journal (it
+    /// runs under systemd), else files.
+    case automatic = "auto"
+    /// A journal stream per app launch, the app id as its identifier.
+    case journal
+    /// `<log-dir>/<id>.log`, rotated at launch past `app-log-size`.
+    case files
+}
+
 /// How the daemon should stop an app from running.
 public enum SuspensionPreference: String, Sendable {
     /// The cgroup freezer where a writable cgroup v2 tree exists, else signals.
@@ -20,7 +31,7 @@ public enum StopPolicy: String, Sendable, CaseIterable {
 
 /// The daemon's configuration (`vigild.toml`). Every field has a default, so an
 /// empty or missing file is valid. Numbers have ranges (`Ranges`); every key's
-/// type, default and range are in docs/lifecycle.md, "Configuration".
+/// type, default and range are in docs/configuration.md.
 ///
 /// ```toml
 /// socket = "/run/vigil/vigild.sock"
@@ -38,6 +49,8 @@ public enum StopPolicy: String, Sendable, CaseIterable {
 /// durability = "process"                        # process | power: what queued events and read bytes survive
 /// control-group = "vigil"                       # system daemon: members may use the control role ("" = root only)
 /// monitor-group = "vigil-monitor"               # system daemon: members may use its read-only requests
+/// app-output = "auto"                           # auto | journal | files: where apps' stdout and stderr go
+/// app-log-size = 8388608                        # bytes: an app's output file is rotated at launch past this
 ///
 /// [timings]
 /// suspend-grace = 5.0
@@ -48,6 +61,8 @@ public enum StopPolicy: String, Sendable, CaseIterable {
 /// launch-timeout = 20.0
 /// relaunch-window = 60.0
 /// relaunch-limit = 3
+/// refresh-minimum-interval = 900.0
+/// refresh-coalescing = 60.0
 /// ```
 public struct DaemonConfig: Sendable, Equatable {
     public var socket: String?
@@ -83,6 +98,15 @@ public struct DaemonConfig: Sendable, Equatable {
     /// read-only requests (status, apps, log, accessories, Bluetooth state and
     /// devices); nil: nobody beyond `controlGroup`.
     public var monitorGroup: AccountReference?
+    /// Where apps' standard output and error go.
+    public var appOutput: AppOutputPreference = .automatic
+    /// With output to files: past this size, at the app's next launch, its
+    /// file becomes `<id>.log.1` (replacing the one before) and a new one starts.
+    public var appLogSize: Int = 8 << 20
+    /// The metrics endpoint (Prometheus text over HTTP), off unless set: a
+    /// Unix socket at this path, and/or this TCP port on 127.0.0.1.
+    public var metricsSocket: String?
+    public var metricsPort: Int?
 
     /// Defaults for the system daemon or for a per-user daemon.
     public init(system: Bool, environment: [String: String] = ProcessInfo.processInfo.environment) {
@@ -105,15 +129,16 @@ public struct DaemonConfig: Sendable, Equatable {
     static let knownFields: Set<String> = [
         "socket", "manifest-dirs", "state-dir", "log-dir", "cgroup-root", "suspension", "on-stop", "event-queue-limit",
         "decision-log-size", "timings", "accessory", "session-buffer-limit", "bluetooth",
-        "bluetooth-request-timeout", "durability", "control-group", "monitor-group",
+        "bluetooth-request-timeout", "durability", "control-group", "monitor-group", "app-output", "app-log-size",
+        "metrics-socket", "metrics-port",
     ]
     static let knownTimings: Set<String> = [
         "suspend-grace", "wake-budget", "background-time-limit", "expiration-warning", "exit-grace",
-        "launch-timeout", "relaunch-window", "relaunch-limit",
+        "launch-timeout", "relaunch-window", "relaunch-limit", "refresh-minimum-interval", "refresh-coalescing",
     ]
 
     /// The range of every numeric key, in seconds for durations
-    /// (docs/lifecycle.md, "Configuration"). Bounded so that every duration
+    /// (docs/configuration.md). Bounded so that every duration
     /// converts to nanoseconds and every limit to memory the daemon can hold.
     public enum Ranges {
         public static let eventQueueLimit = 1...1_000_000
@@ -129,6 +154,10 @@ public struct DaemonConfig: Sendable, Equatable {
         public static let launchTimeout: ClosedRange<Double> = 0.1...3600
         public static let relaunchWindow: ClosedRange<Double> = 1...86_400
         public static let relaunchLimit = 1...1000
+        public static let refreshMinimumInterval: ClosedRange<Double> = 0.1...604_800
+        public static let refreshCoalescing: ClosedRange<Double> = 0...3600
+        public static let appLogSize = 65_536...(1 << 40)
+        public static let metricsPort = 1...65_535
     }
 
     /// Applies a config file's settings over `defaults`. Relative paths are taken
@@ -175,6 +204,15 @@ public struct DaemonConfig: Sendable, Equatable {
             }
             config.durability = durability
         }
+        if let name = try fields.string("app-output") {
+            guard let preference = AppOutputPreference(rawValue: name) else {
+                throw fields.problem("app-output", "is \"\(name)\", must be one of auto, journal, files")
+            }
+            config.appOutput = preference
+        }
+        config.appLogSize = try fields.integer("app-log-size", in: Ranges.appLogSize) ?? defaults.appLogSize
+        config.metricsSocket = try fields.string("metrics-socket").map(resolve) ?? defaults.metricsSocket
+        config.metricsPort = try fields.integer("metrics-port", in: Ranges.metricsPort) ?? defaults.metricsPort
         config.controlGroup = try fields.optionalGroup("control-group", default: defaults.controlGroup)
         config.monitorGroup = try fields.optionalGroup("monitor-group", default: defaults.monitorGroup)
         var rules: [AccessoryRule] = []
@@ -192,6 +230,9 @@ public struct DaemonConfig: Sendable, Equatable {
             t.launchTimeout = try timings.seconds("launch-timeout", in: Ranges.launchTimeout) ?? t.launchTimeout
             t.relaunchWindow = try timings.seconds("relaunch-window", in: Ranges.relaunchWindow) ?? t.relaunchWindow
             t.relaunchLimit = try timings.integer("relaunch-limit", in: Ranges.relaunchLimit) ?? t.relaunchLimit
+            t.refreshMinimumInterval =
+                try timings.seconds("refresh-minimum-interval", in: Ranges.refreshMinimumInterval) ?? t.refreshMinimumInterval
+            t.refreshCoalescing = try timings.seconds("refresh-coalescing", in: Ranges.refreshCoalescing) ?? t.refreshCoalescing
             guard t.expirationWarning < t.backgroundTimeLimit else {
                 throw timings.problem(
                     "expiration-warning",

@@ -17,6 +17,11 @@ public struct Timings: Sendable, Equatable {
     /// Crash-loop guard: at most `relaunchLimit` relaunches after crashes within this window.
     public var relaunchWindow: Double = 60
     public var relaunchLimit: Int = 3
+    /// Background refresh: the shortest interval an app may ask for.
+    public var refreshMinimumInterval: Double = 900
+    /// Background refresh: how late a refresh may come so that it shares a
+    /// daemon wake-up with others (it never comes early).
+    public var refreshCoalescing: Double = 60
 
     public init() {}
 
@@ -26,6 +31,7 @@ public struct Timings: Sendable, Equatable {
             "suspend-grace": suspendGrace, "wake-budget": wakeBudget,
             "background-time-limit": backgroundTimeLimit, "expiration-warning": expirationWarning,
             "exit-grace": exitGrace, "launch-timeout": launchTimeout, "relaunch-window": relaunchWindow, "relaunch-limit": Double(relaunchLimit),
+            "refresh-minimum-interval": refreshMinimumInterval, "refresh-coalescing": refreshCoalescing,
         ]
     }
 }

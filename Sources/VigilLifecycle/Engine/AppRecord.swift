@@ -33,6 +33,8 @@ public struct AppRecord: Sendable {
     /// Whether the current process was told `didFinishLaunching` (once per process).
     var launchNotified = false
     var crashTimes: [UInt64] = []
+    /// Its background refresh schedule (the `fetch` mode); nil: none asked for.
+    public internal(set) var refresh: RefreshSchedule?
     var nextTaskID = 1
 
     // Figures for `vigilctl apps`.
@@ -52,6 +54,26 @@ public struct AppRecord: Sendable {
     /// for the foreground).
     func mayReceive(_ event: QueuedEvent) -> Bool {
         state.isForeground || manifest.mayBeWoken(for: event.wakeMode)
+    }
+}
+
+/// An app's background refresh schedule. Instants are CLOCK_MONOTONIC nanoseconds.
+public struct RefreshSchedule: Sendable, Codable, Equatable {
+    /// The interval the app asked for, raised to `refresh-minimum-interval`.
+    public var interval: UInt64
+    /// The next refresh comes not before this instant (and at most
+    /// `refresh-coalescing` after it, to share a wake-up with others).
+    public var due: UInt64
+    /// Refreshes in a row that found no new data: each doubles the interval,
+    /// up to eight times, so an app that never finds anything is woken less.
+    public var noDataStreak = 0
+
+    /// The factor the interval is stretched by now: 1, 2, 4 or 8.
+    public var stretch: UInt64 { 1 << UInt64(min(max(noDataStreak, 0), 3)) }
+    /// The interval as stretched now.
+    public var stretchedInterval: UInt64 {
+        let (product, overflow) = interval.multipliedReportingOverflow(by: stretch)
+        return overflow ? 1 << 62 : min(product, 1 << 62)
     }
 }
 

@@ -6,12 +6,16 @@ import VigilProtocol
 public struct SavedApp: Sendable, Codable, Equatable {
     public var forceQuit: Bool
     public var queue: SavedQueue
+    /// Its background refresh schedule (absent in files of daemons before
+    /// refresh). Saved with the snapshot, not journaled: a schedule changed
+    /// in the half second before a crash is the one before.
+    public var refresh: RefreshSchedule?
 }
 
 extension LifecycleEngine {
     /// What to write to the state file.
     public func savedState() -> [String: SavedApp] {
-        apps.mapValues { SavedApp(forceQuit: $0.forceQuit, queue: $0.queue.saved) }
+        apps.mapValues { SavedApp(forceQuit: $0.forceQuit, queue: $0.queue.saved, refresh: $0.refresh) }
     }
 
     /// Moves every queue change and force-quit change since the last call into
@@ -19,14 +23,14 @@ extension LifecycleEngine {
     /// it relies on the changes (before an event goes to an app, before the
     /// next read of a port); changes accumulate until then.
     public func journalChanges(into journal: inout JournalEncoder) {
-        var changed: [String] = []
-        for (id, app) in apps where !app.queue.changes.isEmpty || app.forceQuit != (journal.forceQuit[id] ?? false) {
-            changed.append(id)
-        }
-        for id in changed {
+        guard !changedSinceJournal.isEmpty else { return }
+        // Sorted: the journal's order must not depend on a Set's.
+        let changed = changedSinceJournal.sorted()
+        changedSinceJournal.removeAll(keepingCapacity: true)
+        for id in changed where records[id] != nil {
             // In place: taking the changes must not copy the queue.
             for change in records[id]!.queue.takeChanges() { journal.append(change.record(app: id)) }
-            let forceQuit = apps[id]!.forceQuit
+            let forceQuit = records[id]!.forceQuit
             if forceQuit != (journal.forceQuit[id] ?? false) {
                 journal.append(.forceQuit(app: id, forceQuit))
                 journal.forceQuit[id] = forceQuit
@@ -36,11 +40,18 @@ extension LifecycleEngine {
 
     /// Takes back what an earlier daemon saved, for apps that still have a
     /// manifest. Call before adopting survivors and before any event arrives.
-    public func restore(_ saved: [String: SavedApp]) {
+    /// A refresh schedule comes back at most one interval from `now`: its
+    /// instants are CLOCK_MONOTONIC, which starts again at boot.
+    public func restore(_ saved: [String: SavedApp], now: UInt64) {
         for (id, app) in saved where apps[id] != nil {
+            let fetch = apps[id]!.manifest.backgroundModes.contains(.fetch)
             update(id) {
                 $0.forceQuit = app.forceQuit
                 $0.queue = EventQueue(limit: queueLimit, restoring: app.queue)
+                if fetch, var refresh = app.refresh {
+                    refresh.due = min(refresh.due, now + refresh.stretchedInterval)
+                    $0.refresh = refresh
+                }
             }
         }
     }

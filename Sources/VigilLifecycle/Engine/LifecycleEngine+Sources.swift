@@ -11,6 +11,7 @@ extension LifecycleEngine {
     /// and extend a background app's window.
     public func merge(_ bytes: [UInt8], into id: String, if matches: (QueuedEvent) -> Bool, now: UInt64) -> UInt64? {
         guard apps[id] != nil, let seq = records[id]!.queue.mergeIntoLastUnsent(bytes, if: matches) else { return nil }
+        changedSinceJournal.insert(id)
         guard let app = apps[id], let event = app.queue.events.last else { return seq }
         // Only where routing changes something: the event's own delivery already
         // logged why it waits, and a log line per read would drown the log.
@@ -53,6 +54,7 @@ extension LifecycleEngine {
     public func withdraw(from id: String, reason: String, where matches: (QueuedEvent) -> Bool) -> [QueuedEvent] {
         guard apps[id] != nil else { return [] }
         let withdrawn = records[id]!.queue.withdrawUnsent(where: matches)
+        changedSinceJournal.insert(id)
         if !withdrawn.isEmpty {
             decide(id, .queue, "\(withdrawn.count) queued event(s) withdrawn: \(reason)")
         }

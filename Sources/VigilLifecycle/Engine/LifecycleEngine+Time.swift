@@ -15,6 +15,7 @@ extension LifecycleEngine {
         guard !changedSinceDeadlines.isEmpty else { return }
         for id in changedSinceDeadlines {
             deadlines[id] = records[id].flatMap(deadline(of:))
+            refreshDue[id] = records[id]?.refresh?.due
         }
         changedSinceDeadlines.removeAll(keepingCapacity: true)
     }
@@ -23,6 +24,7 @@ extension LifecycleEngine {
         var candidates: [UInt64] = []
         if let terminateAt = app.terminateAt { candidates.append(terminateAt) }
         if let connectBy = app.connectBy { candidates.append(connectBy) }
+        if let refresh = refreshDeadline(of: app) { candidates.append(refresh) }
         if app.state == .background, let limit = app.limitAt {
             if app.tasks.isEmpty {
                 if let suspendAt = app.suspendAt { candidates.append(min(suspendAt, limit)) }
@@ -39,6 +41,7 @@ extension LifecycleEngine {
     /// Acts on every deadline that has passed by `now`.
     public func advance(to now: UInt64) {
         refreshDeadlines()
+        if refreshDue.values.contains(where: { $0 <= now }) { fireDueRefreshes(now: now) }
         // Only apps with a deadline that has passed have anything to do here.
         for id in deadlines.filter({ $0.value <= now }).keys.sorted() {
             guard let app = records[id] else { continue }

@@ -19,6 +19,14 @@ public final class LifecycleEngine {
     /// there. Apps changed since the last look are recomputed, no others.
     var deadlines: [String: UInt64] = [:]
     var changedSinceDeadlines: Set<String> = []
+    /// Apps whose queue or force-quit flag may have changed since
+    /// `journalChanges` last looked: it visits these, not every app (with
+    /// 1000 apps, looking at all of them after every engine call was most of
+    /// the daemon's CPU per wake).
+    var changedSinceJournal: Set<String> = []
+    /// Each refresh-scheduled app's due instant, kept with `deadlines`: a
+    /// batch sends every refresh due, not only those whose deadline passed.
+    var refreshDue: [String: UInt64] = [:]
     public var timings: Timings {
         didSet { changedSinceDeadlines.formUnion(records.keys) }  // deadlines depend on them
     }
@@ -70,7 +78,7 @@ public final class LifecycleEngine {
     public func moveToBackground(_ id: String, now: UInt64) throws(ProtocolError) {
         let app = try record(id)
         guard app.state.isForeground else {
-            throw ProtocolError(.invalidState, "\(id) is \(app.state.rawValue), not in the foreground")
+            throw ProtocolError(.invalidState, "\(id) is \(app.state.words), not in the foreground")
         }
         update(id) { $0.state = .inactive }
         notify(id, .willResignActive)
@@ -306,12 +314,14 @@ public final class LifecycleEngine {
     func store(_ id: String, _ record: AppRecord?) {
         records[id] = record
         changedSinceDeadlines.insert(id)
+        changedSinceJournal.insert(id)
     }
 
     func update(_ id: String, _ change: (inout AppRecord) -> Void) {
         guard let old = records[id]?.state else { return }
         change(&records[id]!)
         changedSinceDeadlines.insert(id)
+        changedSinceJournal.insert(id)
         if let new = records[id]?.state, new != old {
             host.stateChanged(id, from: old, to: new)
         }

@@ -41,6 +41,8 @@ public struct Decision: Sendable, Equatable {
     public enum Action: String, Sendable {
         case launch, relaunch, adopt, enterForeground, enterBackground, suspend, wake, deliver, queue
         case extend, expire, terminate, forceQuit, exit, crash, refuse, drop
+        /// A background refresh was scheduled, stretched, cancelled or came due.
+        case refresh
     }
 
     public init(app: String, action: Action, reason: String, state: AppState) {

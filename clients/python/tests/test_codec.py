@@ -1,0 +1,54 @@
+"""The parts of the package that need no daemon: frames, batches, the acknowledgement ledger."""
+
+import struct
+
+import pytest
+
+import vigil
+from vigil._ledger import Ledger
+
+
+def test_frame_round_trip_and_prefix_limits() -> None:
+    frame = vigil.encode_frame({"type": "wake", "id": 3}, b"\x00\xff")
+    decoder = vigil.FrameDecoder()
+    for byte in frame:
+        assert decoder.next_message() is None
+        decoder.feed(bytes([byte]))
+    message = decoder.next_message()
+    assert message is not None and (message.type, message.id, message.body) == ("wake", 3, b"\x00\xff")
+    decoder.feed(struct.pack("<II", 65537, 0))
+    with pytest.raises(vigil.VigilError) as refusal:
+        decoder.next_message()
+    assert refusal.value.code == "frameTooLarge"
+
+
+def test_notification_batches_decode_in_order() -> None:
+    attributes = {"peripheral": "AA", "service": "s", "characteristic": "c", "framing": "u16le"}
+    other = b"BB s2 c2"
+    body = b"\x02\x00\x16\x3c" + b"\xff\xff" + len(other).to_bytes(2, "little") + other + b"\x01\x00\x07"
+    values = vigil.notification_values(attributes, body)
+    assert [(v.peripheral, v.characteristic, v.value) for v in values] == [("AA", "c", b"\x16\x3c"), ("BB", "c2", b"\x07")]
+    with pytest.raises(vigil.VigilError):
+        vigil.notification_values(attributes, b"\x05\x00\x01")
+
+
+def test_ledger_acknowledges_up_to_the_oldest_held_event() -> None:
+    sent: list[int] = []
+    ledger = Ledger(sent.append)
+    main = ledger.received(1, Ledger.MAIN)
+    session = ledger.received(2, "session 1")
+    ledger.received(3, Ledger.MAIN)
+    ledger.finish_main(1)
+    assert sent == [1]
+    ledger.finish_main(3)  # 2 is still held by the session
+    assert sent == [1]
+    session.finish()
+    assert sent == [1, 3]
+    ledger.reset()
+    main.finish()  # a token of the lost connection finishes nothing
+    assert sent == [1, 3]
+
+
+def test_uuid_short_forms() -> None:
+    assert vigil.normalize_uuid("0x2A37") == "00002a37-0000-1000-8000-00805f9b34fb"
+    assert vigil.normalize_uuid("180d") == "0000180d-0000-1000-8000-00805f9b34fb"

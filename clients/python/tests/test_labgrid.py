@@ -1,0 +1,102 @@
+"""labgrid with Vigil: a real coordinator and exporter on loopback, the virtual
+accessory behind a real vigild, and a client that acquires the place and
+exchanges bytes through the driver, across an unplug and replug."""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from vigil.testing import VigilDaemon, VirtualAccessory
+
+labgrid = pytest.importorskip("labgrid")
+PLACE = "vigil-sensor"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def bin_path(name: str) -> str:
+    found = shutil.which(name, path=os.path.dirname(sys.executable)) or shutil.which(name)
+    if found is None:
+        pytest.skip(f"{name} is not installed")
+    return found
+
+
+@pytest.fixture
+def farm(vigild: VigilDaemon, virtual_accessory: VirtualAccessory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A coordinator, an exporter publishing the accessory by identity, and a place that matches it."""
+    coordinator = f"127.0.0.1:{free_port()}"
+    monkeypatch.setenv("LG_COORDINATOR", coordinator)
+    logs = {name: open(tmp_path / f"{name}.log", "w") for name in ("coordinator", "exporter")}
+    processes = [subprocess.Popen([bin_path("labgrid-coordinator"), "-l", coordinator], cwd=tmp_path,
+                                  stdout=logs["coordinator"], stderr=subprocess.STDOUT)]
+    config = tmp_path / "exporter.yaml"
+    config.write_text(f"sensor:\n  VigilAccessory:\n    serial_number: VGL123\n    protocol: org.example.sensor\n"
+                      f"    socket: {vigild.socket}\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    client = [bin_path("labgrid-client"), "-x", coordinator, "-p", PLACE]
+
+    def lg(*arguments: str) -> str:
+        run = subprocess.run([*client, *arguments], capture_output=True, text=True, timeout=60, env=env)
+        assert run.returncode == 0, f"labgrid-client {' '.join(arguments)}: {run.stdout}{run.stderr}"
+        return run.stdout
+
+    try:
+        vigild.wait_until(lambda: subprocess.run([*client, "places"], capture_output=True, env=env).returncode == 0,
+                          "the coordinator")
+        processes.append(subprocess.Popen(
+            [sys.executable, "-m", "vigil.labgrid", "exporter", "-c", coordinator, "--name", "gateway",
+             "--hostname", "localhost", str(config)], env=env, stdout=logs["exporter"], stderr=subprocess.STDOUT))
+        vigild.wait_until(lambda: "NetworkVigilAccessory" in subprocess.run(  # only available ones are listed
+            [*client[:3], "resources"], capture_output=True, text=True, env=env).stdout,
+            "the accessory published as available")
+        lg("create")
+        lg("add-match", "gateway/sensor/NetworkVigilAccessory")
+        lg("acquire")
+        yield lg
+        lg("release")
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+            process.wait(20)
+        for log in logs.values():
+            log.close()
+
+
+def test_a_place_gives_a_console_that_survives_a_replug(farm, virtual_accessory: VirtualAccessory,
+                                                        tmp_path: Path) -> None:
+    from labgrid import Environment
+
+    config = tmp_path / "env.yaml"
+    config.write_text(f"targets:\n  main:\n    resources:\n      RemotePlace:\n        name: {PLACE}\n"
+                      "    drivers:\n      VigilSessionDriver: {}\nimports:\n  - vigil.labgrid\n")
+    target = Environment(str(config)).get_target("main")
+    console = target.get_driver("VigilSessionDriver")
+    console.write(b"hello\n")
+    assert virtual_accessory.read(6) == b"hello\n"
+    virtual_accessory.write(b"booted> ")
+    console.expect("booted> ", timeout=10)
+
+    virtual_accessory.unplug()
+    virtual_accessory.plug()
+    deadline = time.monotonic() + 20
+    while True:  # writes fail while the session waits for the accessory; then it is reopened
+        try:
+            console.write(b"again\n")
+            break
+        except Exception:  # noqa: BLE001 - invalidState while waiting
+            assert time.monotonic() < deadline, "the session was not reopened after the replug"
+            time.sleep(0.1)
+    assert virtual_accessory.read(6) == b"again\n"
+    virtual_accessory.write(b"still here")
+    console.expect("still here", timeout=10)
+    target.deactivate(console)

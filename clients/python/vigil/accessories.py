@@ -1,0 +1,238 @@
+"""Serial accessories and byte-stream sessions with them (docs/protocol.md, "Accessories")."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any, Union
+
+from ._frames import WRITE_CHUNK, VigilError
+from ._ledger import Token
+from ._mailbox import Mailbox
+
+if TYPE_CHECKING:
+    from ._client import Client
+
+
+@dataclasses.dataclass(frozen=True)
+class Accessory:
+    """A connected accessory (docs/protocol.md, "The accessory object").
+    `connection_id` is new for every connection: a replugged accessory gets a new one."""
+
+    connection_id: int
+    protocol_strings: tuple[str, ...]
+    name: str = ""
+    manufacturer: str = ""
+    model_number: str = ""
+    serial_number: str = ""
+    firmware_revision: str = ""
+    hardware_revision: str = ""
+    device_node: str = ""
+    vendor_id: str = ""
+    product_id: str = ""
+    sys_path: str = ""
+    line_settings: str = ""
+    raw: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> Accessory:
+        def text(key: str) -> str:
+            return str(obj.get(key) or "")
+
+        return cls(
+            connection_id=int(obj["connectionID"]), protocol_strings=tuple(obj.get("protocolStrings") or ()),
+            name=text("name"), manufacturer=text("manufacturer"), model_number=text("modelNumber"),
+            serial_number=text("serialNumber"), firmware_revision=text("firmwareRevision"),
+            hardware_revision=text("hardwareRevision"), device_node=text("deviceNode"), vendor_id=text("vendorID"),
+            product_id=text("productID"), sys_path=text("sysPath"), line_settings=text("lineSettings"), raw=dict(obj))
+
+    def speaks(self, protocol: str) -> bool:
+        return protocol in self.protocol_strings
+
+
+@dataclasses.dataclass(frozen=True)
+class AccessoryChange:
+    """An accessory came (`connected`) or went (`disconnected`)."""
+
+    change: str
+    accessory: Accessory
+
+
+@dataclasses.dataclass(frozen=True)
+class Data:
+    """Bytes from the device, in device order (one chunk may merge several reads)."""
+
+    data: bytes
+    #: Set when the bytes could not be read from the session log (then `data` is empty).
+    log_error: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Loss:
+    """Bytes lost before the daemon could read them, as the kernel counted them since the last report."""
+
+    overruns: int = 0
+    parity_errors: int = 0
+    frame_errors: int = 0
+    interrupted_reads: int = 0
+    lost_ranges: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Reopened:
+    """The accessory came back and the session goes on, on its new connection."""
+
+    accessory: Accessory
+
+
+@dataclasses.dataclass(frozen=True)
+class Closed:
+    """The session ended (`will_reopen`: it waits for the accessory to come back)."""
+
+    reason: str
+    will_reopen: bool = False
+
+
+SessionItem = Union[Data, Loss, Reopened, Closed]
+
+
+def session_item(kind: str, attributes: Mapping[str, Any], payload: bytes) -> SessionItem | None:
+    """A `session.*` event (app role) as a session item; None for other kinds."""
+    if kind == "session.data":
+        error = attributes.get("logError")
+        return Data(payload, None if error is None else str(error))
+    if kind == "session.loss":
+        def count(key: str) -> int:
+            return int(attributes.get(key) or 0)
+
+        lost = attributes.get("lostRanges")
+        return Loss(count("overruns"), count("parityErrors"), count("frameErrors"), count("interruptedReads"),
+                    len(lost) if isinstance(lost, list) else int(lost or 0))
+    if kind == "session.reopened":
+        return Reopened(Accessory.from_json(attributes))
+    if kind == "session.closed":
+        return Closed(str(attributes.get("reason", "")), bool(attributes.get("willReopen", False)))
+    return None
+
+
+class AccessorySession:
+    """A byte stream with an accessory for one of its protocols, as `EASession`.
+
+        async with await app.open_session(accessory, "org.example.sensor") as session:
+            await session.write(b"start\\n")
+            async for chunk in session:          # bytes, until the session ends
+                store(chunk)
+
+    Each chunk is acknowledged when the consumer asks for the next one (or
+    closes the session), so a chunk the app had not finished when it died
+    comes again to the next process. Until then it counts against the
+    session's buffer in the daemon, whose flow control holds the device back
+    when it is full. `write` returns once the device has taken every byte."""
+
+    def __init__(self, owner: Client, session_id: int, protocol: str, accessory: Accessory) -> None:
+        self._owner = owner
+        self.id = session_id
+        self.protocol = protocol
+        self.accessory = accessory
+        self.close_reason: str | None = None
+        #: Opened with `reopen`: it waits for the accessory across unplugs.
+        self.reopen = False
+        self.loss = Loss()
+        self._items: Mailbox[tuple[SessionItem, Token | None]] = Mailbox()
+        self._current: Token | None = None
+        self._ended = False
+
+    # -- fed by the client
+
+    def _feed(self, item: SessionItem, token: Token | None) -> None:
+        if isinstance(item, Loss):
+            self.loss = Loss(*(a + b for a, b in zip(dataclasses.astuple(self.loss), dataclasses.astuple(item))))
+        elif isinstance(item, Reopened):
+            self.accessory = item.accessory
+        elif isinstance(item, Closed) and not item.will_reopen:
+            self.close_reason = item.reason
+        self._items.put((item, token))
+        if isinstance(item, Closed) and not item.will_reopen:
+            self._items.close()
+
+    def _lost(self, reason: str) -> None:
+        """The connection is gone: the session ended with it."""
+        if self.close_reason is None:
+            self._feed(Closed(reason), None)
+
+    # -- the app's side
+
+    @property
+    def is_open(self) -> bool:
+        return self.close_reason is None
+
+    async def next_item(self, timeout: float | None = None) -> SessionItem | None:
+        """The next item (data, loss, reopening, the closing); None once the
+        session has ended and everything was read, or after `timeout`."""
+        self._finish_current()
+        try:
+            entry = await self._items.get(timeout=timeout)
+        except VigilError:
+            return None
+        if entry is None:
+            return None
+        item, self._current = entry
+        return item
+
+    async def items(self) -> AsyncIterator[SessionItem]:
+        while (item := await self.next_item()) is not None:
+            yield item
+
+    async def read(self, timeout: float | None = None) -> bytes:
+        """The next chunk of bytes; b"" when the session has ended (or after `timeout`)."""
+        while True:
+            item = await self.next_item(timeout)
+            if item is None or (isinstance(item, Closed) and not item.will_reopen):
+                return b""
+            if isinstance(item, Data):
+                return item.data
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._chunks()
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        while chunk := await self.read():
+            yield chunk
+
+    def acknowledge(self) -> None:
+        """Done with the item read last: acknowledge it now rather than at the next read
+        (before `finished_processing`, say, so the daemon can suspend the app with nothing pending)."""
+        self._finish_current()
+
+    async def write(self, data: bytes) -> int:
+        """Writes `data`; returns (the count) once the device has taken every byte."""
+        view = bytes(data)
+        for start in range(0, len(view), WRITE_CHUNK):
+            await self._owner.request("write", body=view[start:start + WRITE_CHUNK], session=self.id, timeout=None)
+        return len(view)
+
+    async def close(self) -> None:
+        """Closes the session; its items not read yet are dropped (and acknowledged)."""
+        if self.close_reason is None:
+            self.close_reason = "closed by the client"
+            try:
+                await self._owner.request("closeSession", session=self.id)
+            except VigilError:
+                pass
+        self._owner._forget_session(self.id)
+        self._finish_current()
+        while (entry := self._items.take()) is not None:
+            if entry[1] is not None:
+                entry[1].finish()
+        self._items.close()
+
+    def _finish_current(self) -> None:
+        if self._current is not None:
+            self._current.finish()
+            self._current = None
+
+    async def __aenter__(self) -> AccessorySession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

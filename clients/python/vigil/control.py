@@ -1,0 +1,157 @@
+"""The control role: what vigilctl does (docs/protocol.md, "Control role")."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from ._client import Client
+from ._connection import DEFAULT_TIMEOUT, Connection
+from ._frames import CLIENT_NAME, SYSTEM_SOCKET, ConnectionClosed, Message
+from ._mailbox import Mailbox
+from .accessories import Accessory, AccessoryChange, Closed, Data
+
+JSON = dict[str, Any]
+
+
+class Control(Client):
+    """Inspect the daemon and drive app lifecycles, as vigilctl does:
+
+        async with vigil.Control() as control:
+            for app in await control.apps():
+                print(app["id"], app["state"])
+            await control.launch("org.example.logger")
+
+    Open to the daemon's user and root (and with the system daemon its
+    control-group; its monitor-group for read-only requests)."""
+
+    role = "control"
+
+    def __init__(self, socket: str | os.PathLike[str] | None = None, *,
+                 timeout: float | None = DEFAULT_TIMEOUT) -> None:
+        super().__init__(socket, timeout=timeout)
+        self._changes: Mailbox[AccessoryChange] | None = None
+        # docs/protocol.md, "Transport": with neither a path nor $VIGIL_SOCKET, a control
+        # client falls back to the system daemon when nothing listens at the per-user path.
+        self._fallback = None if socket or os.environ.get("VIGIL_SOCKET") or self.socket_path == SYSTEM_SOCKET \
+            else SYSTEM_SOCKET
+
+    async def connect(self) -> Control:
+        try:
+            self._connection = await Connection.open(self.socket_path, role=self.role, client=CLIENT_NAME,
+                                                     timeout=self.timeout, on_message=self._on_message)
+        except ConnectionClosed:
+            if self._fallback is None:
+                raise
+            self.socket_path, self._fallback = self._fallback, None
+            return await self.connect()
+        self._connection.on_close = lambda error: self._ended(str(error))
+        return self
+
+    async def __aenter__(self) -> Control:
+        return await self.connect()
+
+    def _on_message(self, message: Message) -> bool:
+        kind = message.type
+        if kind in ("sessionData", "sessionClosed"):
+            session = self._sessions.get(int(message.get("session") or 0))
+            if session is None:
+                return False
+            if kind == "sessionData":
+                session._feed(Data(message.body), None)
+            elif session.reopen:
+                # A session opened with `reopen` waits for its accessory: the push says
+                # closed, but the session goes on when the accessory returns.
+                session._feed(Closed(str(message.get("reason", "")), will_reopen=True), None)
+            else:
+                session._feed(Closed(str(message.get("reason", ""))), None)
+                self._sessions.pop(session.id, None)
+            return True
+        if kind == "accessoryEvent" and self._changes is not None:
+            self._changes.put(AccessoryChange(str(message["change"]), Accessory.from_json(message["accessory"])))
+            return True
+        if kind == "blePush":
+            return self._route_bluetooth(str(message["kind"]), message.get("attributes") or {}, message.body, None)
+        return False
+
+    def _ended(self, reason: str) -> None:
+        super()._ended(reason)
+        if self._changes is not None:
+            self._changes.close()
+
+    # -- the daemon and its apps
+
+    async def status(self) -> JSON:
+        return (await self.request("status")).header
+
+    async def apps(self) -> list[JSON]:
+        return list((await self.request("apps"))["apps"])
+
+    async def app(self, app_id: str) -> JSON:
+        """One app object (docs/protocol.md, "App object members")."""
+        for app in await self.apps():
+            if app["id"] == app_id:
+                return dict(app)
+        raise KeyError(app_id)
+
+    async def app_action(self, action: str, app: str) -> JSON:
+        """`launch`, `background`, `foreground`, `quit` (a user force-quit) or
+        `terminate` (by the system); the app object after the action."""
+        return dict((await self.request("appAction", action=action, app=app))["app"])
+
+    async def launch(self, app: str) -> JSON:
+        return await self.app_action("launch", app)
+
+    async def background(self, app: str) -> JSON:
+        return await self.app_action("background", app)
+
+    async def foreground(self, app: str) -> JSON:
+        return await self.app_action("foreground", app)
+
+    async def quit(self, app: str) -> JSON:
+        return await self.app_action("quit", app)
+
+    async def terminate(self, app: str) -> JSON:
+        return await self.app_action("terminate", app)
+
+    async def wake(self, app: str, kind: str = "test", attributes: Mapping[str, Any] | None = None,
+                   payload: bytes = b"") -> JSON:
+        """Delivers an event as real sources do; the reply (`seq`, `disposition`)."""
+        return (await self.request("wake", body=payload, app=app, kind=kind, attributes=dict(attributes or {}))).header
+
+    async def log(self, app: str | None = None, limit: int | None = None) -> list[JSON]:
+        """The decision log, oldest first: {time, app, action, reason, state}."""
+        members: JSON = {}
+        if app is not None:
+            members["app"] = app
+        if limit is not None:
+            members["limit"] = limit
+        return list((await self.request("log", **members))["decisions"])
+
+    async def reload(self) -> JSON:
+        """Reads the manifests again: `apps` (ids) and `problems`."""
+        return (await self.request("reload")).header
+
+    # -- accessories
+
+    async def accessory_status(self) -> JSON:
+        """The whole `accessories` reply: `accessories`, `sessions` (traffic and loss counters), `problems`."""
+        return (await self.request("accessories")).header
+
+    async def watch_accessories(self) -> AsyncIterator[AccessoryChange]:
+        """The accessories now (as `connected` changes), then every change as it comes."""
+        self._changes = Mailbox()
+        reply = await self.request("watchAccessories")
+        for accessory in reply.get("accessories") or ():
+            self._changes.put(AccessoryChange("connected", Accessory.from_json(accessory)))
+        return self._watch(self._changes)
+
+    async def _watch(self, changes: Mailbox[AccessoryChange]) -> AsyncIterator[AccessoryChange]:
+        while True:
+            try:
+                change = await changes.get()
+            except Exception:  # noqa: BLE001 - the connection ended
+                return
+            if change is not None:
+                yield change
