@@ -96,7 +96,11 @@ public struct TimelineSVG {
         while tick <= timeline.end {
             let tx = x(tick)
             out += "<line x1=\"\(f(tx))\" y1=\"\(f(Self.top - 6))\" x2=\"\(f(tx))\" y2=\"\(f(height - 40))\" stroke=\"#ddd\"/>"
-                + "<text x=\"\(f(tx + 2))\" y=\"\(f(Self.top - 8))\" font-size=\"10\">\(Self.clock(tick, fraction: step < 1))</text>\n"
+            // A label only where it fits inside the picture.
+            if tx + 62 <= width {
+                out += "<text x=\"\(f(tx + 2))\" y=\"\(f(Self.top - 8))\" font-size=\"10\">\(Self.clock(tick, fraction: step < 1))</text>"
+            }
+            out += "\n"
             tick += step
         }
         return out + "</g>\n"
