@@ -1,12 +1,20 @@
+import Foundation
 import VigilLifecycle
 import VigilProtocol
 
-/// The decision log: kept (`DecisionHistory`), on disk (`DecisionLogFile`),
+/// The decision log: kept (`DecisionHistory`), on disk (`JSONLinesLog`),
 /// and pushed to control clients that follow it (`log` with `follow`).
 extension DaemonCore {
     /// Called once the state directory exists: earlier runs' decisions come back.
     func attachDecisionLog() {
-        decisions.attach(DecisionLogFile(directory: config.stateDirectory, capacity: config.decisionLogSize))
+        decisions.attach(
+            JSONLinesLog<DecisionRecord>(directory: config.stateDirectory, name: "decisions", capacity: config.decisionLogSize) { $0.jsonLine },
+            devices: JSONLinesLog<DeviceRecord>(directory: config.stateDirectory, name: "devices", capacity: config.decisionLogSize) { $0.jsonLine })
+    }
+
+    /// An accessory or a Bluetooth LE link came or went: kept for the timeline.
+    func recordDevice(kind: String, device: String, change: String, detail: String) {
+        decisions.appendDevice(DeviceRecord(time: wallClock(), kind: kind, device: device, change: change, detail: detail))
     }
 
     func recordDecision(_ decision: Decision) {
@@ -25,7 +33,11 @@ extension DaemonCore {
 
     /// `log`: the decisions kept, filtered; with `follow`, new ones follow as pushes.
     func answerLog(_ request: LogRequest, id: Int?, connection: ClientConnection) {
-        send(DecisionLog(decisions: decisions.recent(app: request.app, limit: request.limit, since: request.since)), id: id, to: connection)
+        send(DecisionLog(decisions: decisions.recent(app: request.app, limit: request.limit, since: request.since),
+                         devices: request.app == nil ? decisions.devices(since: request.since) : nil), id: id, to: connection)
         if request.follow == true { decisions.followers[connection.id] = .some(request.app) }
     }
 }
+
+/// Seconds since the Unix epoch, as decision records have them.
+func wallClock() -> Double { Date().timeIntervalSince1970 }

@@ -5,15 +5,18 @@ import VigilProtocol
 
 /// The decisions the daemon made, newest last, bounded; each one logged with
 /// its reason through swift-log, appended to the decision log file (so the
-/// log lasts across restarts: `DecisionLogFile`) and pushed to the control
-/// clients that follow it.
+/// log lasts across restarts: `JSONLinesLog`) and pushed to the control
+/// clients that follow it. Beside them, the devices that came and went
+/// (`DeviceRecord`), kept the same way, for the timeline.
 struct DecisionHistory {
     /// Oldest first; up to twice `capacity` (trimmed by half at a time, so
     /// an append costs O(1) amortised), of which the last `capacity` count.
     private var stored: [DecisionRecord] = []
     let capacity: Int
     let logger: Logger
-    private(set) var file: DecisionLogFile?
+    private(set) var file: JSONLinesLog<DecisionRecord>?
+    private var storedDevices: [DeviceRecord] = []
+    private(set) var deviceFile: JSONLinesLog<DeviceRecord>?
     /// Control connections following the log, with the app they asked for (nil: all).
     var followers: [Int: String?] = [:]
 
@@ -25,14 +28,35 @@ struct DecisionHistory {
     var records: ArraySlice<DecisionRecord> { stored.suffix(capacity) }
 
     /// Takes back what an earlier daemon wrote and appends from now on.
-    mutating func attach(_ file: DecisionLogFile) {
+    mutating func attach(_ file: JSONLinesLog<DecisionRecord>, devices: JSONLinesLog<DeviceRecord>) {
+        stored = load(file) + stored
+        storedDevices = load(devices) + storedDevices
+        self.file = file
+        deviceFile = devices
+    }
+
+    private func load<Record>(_ file: JSONLinesLog<Record>) -> [Record] {
         let (earlier, unreadable) = file.load()
         if unreadable > 0 {
-            logger.warning("decision log \(file.path): \(unreadable) unreadable line(s) skipped (a torn last line after a crash, or damage)")
+            logger.warning("\(file.path): \(unreadable) unreadable line(s) skipped (a torn last line after a crash, or damage)")
         }
-        stored = earlier + stored
-        if let failure = file.failure { logger.error("\(failure); decisions are kept in memory only") }
-        self.file = file
+        if let failure = file.failure { logger.error("\(failure); kept in memory only") }
+        return earlier
+    }
+
+    /// A device came or went. A change repeated for the same device (a link
+    /// event reaches every app that uses the peripheral) is kept once.
+    mutating func appendDevice(_ record: DeviceRecord) {
+        if let last = storedDevices.last(where: { $0.kind == record.kind && $0.device == record.device }), last.change == record.change {
+            return
+        }
+        storedDevices.append(record)
+        if storedDevices.count > 2 * capacity { storedDevices.removeFirst(storedDevices.count - capacity) }
+        deviceFile?.append(record)
+    }
+
+    func devices(since: Double?) -> [DeviceRecord] {
+        storedDevices.suffix(capacity).filter { since == nil || $0.time >= since! }
     }
 
     @discardableResult

@@ -58,6 +58,12 @@ public final class ControlClient: Sendable {
         try await connection.request(LogRequest(app: app, limit: limit, since: since), expecting: DecisionLog.self).decisions
     }
 
+    /// The decision log and, without `app`, the devices that came and went
+    /// (accessories, Bluetooth LE links) in the same period.
+    public func logWithDevices(app: String? = nil, since: Double? = nil) async throws -> DecisionLog {
+        try await connection.request(LogRequest(app: app, since: since), expecting: DecisionLog.self)
+    }
+
     /// The decision log kept so far (as `log`), then each new decision as it
     /// is made; the stream ends when the connection does.
     public func followLog(app: String? = nil, limit: Int? = nil, since: Double? = nil) async throws

@@ -147,7 +147,13 @@ public struct DecisionPushed: Message, Equatable {
 public struct DecisionLog: Message, Equatable {
     public static let type = "reply"
     public var decisions: [DecisionRecord]
-    public init(decisions: [DecisionRecord]) { self.decisions = decisions }
+    /// Devices that came and went in the same period (absent when the
+    /// request named an app, and from daemons before device records).
+    public var devices: [DeviceRecord]?
+    public init(decisions: [DecisionRecord], devices: [DeviceRecord]? = nil) {
+        self.decisions = decisions
+        self.devices = devices
+    }
 }
 
 /// Request: reread the manifest directories. Reply: `ReloadResult`.

@@ -21,3 +21,22 @@ extension DecisionRecord {
         return out
     }
 }
+
+extension DeviceRecord {
+    /// One line of JSON, as `DecisionRecord.jsonLine`.
+    public var jsonLine: [UInt8] {
+        var out: [UInt8] = []
+        out.append(contentsOf: #"{"change":"#.utf8)
+        EventHeaderWriter.appendString(change, to: &out)
+        out.append(contentsOf: #","detail":"#.utf8)
+        EventHeaderWriter.appendString(detail, to: &out)
+        out.append(contentsOf: #","device":"#.utf8)
+        EventHeaderWriter.appendString(device, to: &out)
+        out.append(contentsOf: #","kind":"#.utf8)
+        EventHeaderWriter.appendString(kind, to: &out)
+        out.append(contentsOf: #","time":"#.utf8)
+        out.append(contentsOf: (time.isFinite ? "\(time)" : "0").utf8)
+        out.append(contentsOf: "}\n".utf8)
+        return out
+    }
+}

@@ -100,6 +100,29 @@ public struct BackgroundTaskInfo: Sendable, Codable, Equatable {
 }
 
 /// One entry of the decision log: what the daemon did to an app, and why.
+/// A device that came or went, kept beside the decisions so a timeline can
+/// show why apps were woken: an accessory plugged in or out, a Bluetooth LE
+/// link up or down.
+public struct DeviceRecord: Sendable, Codable, Equatable {
+    /// Seconds since the Unix epoch.
+    public var time: Double
+    /// `accessory` or `bluetooth`.
+    public var kind: String
+    /// The accessory's name and serial number, or the peripheral's address.
+    public var device: String
+    /// `connected` or `disconnected`.
+    public var change: String
+    public var detail: String
+
+    public init(time: Double, kind: String, device: String, change: String, detail: String) {
+        self.time = time
+        self.kind = kind
+        self.device = device
+        self.change = change
+        self.detail = detail
+    }
+}
+
 public struct DecisionRecord: Sendable, Codable, Equatable {
     /// Seconds since the Unix epoch.
     public var time: Double

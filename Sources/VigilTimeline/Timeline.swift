@@ -40,17 +40,30 @@ public struct Timeline: Sendable, Equatable {
         public var label: String
     }
 
+    /// One device's row: when it was connected, and each change.
+    public struct DeviceLane: Sendable, Equatable {
+        /// `accessory` or `bluetooth`.
+        public var kind: String
+        public var device: String
+        /// Connected periods.
+        public var connected: [Span] = []
+        public var changes: [DeviceRecord] = []
+    }
+
     /// The period shown, seconds since the Unix epoch.
     public var start: Double
     public var end: Double
     public var lanes: [Lane]
+    public var devices: [DeviceLane]
 
     /// Lays out `decisions` (any order) between `start` (default: the first
     /// decision) and `end` (default: the last; `vigilctl` passes now).
-    public init(decisions: [DecisionRecord], start: Double? = nil, end: Double? = nil) {
+    public init(decisions: [DecisionRecord], devices: [DeviceRecord] = [], start: Double? = nil, end: Double? = nil) {
         let sorted = decisions.enumerated().sorted { ($0.element.time, $0.offset) < ($1.element.time, $1.offset) }.map(\.element)
-        let from = start ?? sorted.first?.time ?? 0
-        let to = max(end ?? sorted.last?.time ?? from, from)
+        let changes = devices.enumerated().sorted { ($0.element.time, $0.offset) < ($1.element.time, $1.offset) }.map(\.element)
+        let times = sorted.map(\.time) + changes.map(\.time)
+        let from = start ?? times.min() ?? 0
+        let to = max(end ?? times.max() ?? from, from)
         self.start = from
         self.end = to
         var order: [String] = []
@@ -61,6 +74,31 @@ public struct Timeline: Sendable, Equatable {
         }
         lanes = order.map { Self.lane($0, byApp[$0]!, from: from, to: to) }
             .filter { !$0.bands.isEmpty || !$0.marks.isEmpty }
+        self.devices = Self.deviceLanes(changes, from: from, to: to)
+    }
+
+    /// One lane per device, in the order they first appear; a device first
+    /// seen disconnecting was connected from before the period.
+    private static func deviceLanes(_ changes: [DeviceRecord], from: Double, to: Double) -> [DeviceLane] {
+        var order: [String] = []
+        var lanes: [String: DeviceLane] = [:]
+        var since: [String: Double] = [:]
+        for change in changes where change.time <= to {
+            let key = change.kind + "/" + change.device
+            if lanes[key] == nil {
+                order.append(key)
+                lanes[key] = DeviceLane(kind: change.kind, device: change.device)
+                if change.change == "disconnected" { since[key] = from }
+            }
+            if change.change == "connected" {
+                if since[key] == nil { since[key] = change.time }
+            } else if let start = since.removeValue(forKey: key) {
+                appendClipped(&lanes[key]!.connected, Span(start: start, end: change.time, label: change.device), from, to)
+            }
+            if change.time >= from { lanes[key]!.changes.append(change) }
+        }
+        for (key, start) in since { appendClipped(&lanes[key]!.connected, Span(start: start, end: to, label: lanes[key]!.device), from, to) }
+        return order.compactMap { lanes[$0] }.filter { !$0.connected.isEmpty || !$0.changes.isEmpty }
     }
 
     static let wakeActions: Set<String> = ["wake", "relaunch", "launch"]

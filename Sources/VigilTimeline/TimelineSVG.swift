@@ -28,7 +28,8 @@ public struct TimelineSVG {
 
     public var text: String {
         let short = timeline.end - timeline.start < 60
-        let height = Self.top + Double(max(timeline.lanes.count, 1)) * Self.laneHeight + 50
+        let rows = timeline.lanes.count + timeline.devices.count
+        let height = Self.top + Double(max(rows, 1)) * Self.laneHeight + 50
         var out = """
             <svg xmlns="http://www.w3.org/2000/svg" width="\(Int(width))" height="\(Int(height))" \
             viewBox="0 0 \(Int(width)) \(Int(height))" font-family="sans-serif" font-size="12">
@@ -40,7 +41,10 @@ public struct TimelineSVG {
         for (index, lane) in timeline.lanes.enumerated() {
             out += self.lane(lane, y: Self.top + Double(index) * Self.laneHeight)
         }
-        if timeline.lanes.isEmpty {
+        for (index, device) in timeline.devices.enumerated() {
+            out += self.device(device, y: Self.top + Double(timeline.lanes.count + index) * Self.laneHeight)
+        }
+        if rows == 0 {
             out += "<text x=\"\(Self.labelWidth)\" y=\"\(Self.top + 20)\">no decisions in this period</text>\n"
         }
         out += legend(y: height - 18)
@@ -87,6 +91,25 @@ public struct TimelineSVG {
         return out + "</g>\n"
     }
 
+    private func device(_ lane: Timeline.DeviceLane, y: Double) -> String {
+        var out = "<g class=\"device\" data-kind=\"\(Self.escape(lane.kind))\" data-device=\"\(Self.escape(lane.device))\">\n"
+        out += "<text x=\"8\" y=\"\(f(y + 16))\" font-style=\"italic\">\(Self.escape(lane.kind)): \(Self.escape(lane.device))</text>\n"
+        out += "<rect x=\"\(f(Self.labelWidth))\" y=\"\(f(y + 10))\" width=\"\(f(plotWidth))\" height=\"2\" fill=\"#cfd8dc\"/>\n"
+        for span in lane.connected {
+            out += "<rect class=\"connected\" x=\"\(f(x(span.start)))\" y=\"\(f(y + 6))\" width=\"\(f(max(x(span.end) - x(span.start), 1)))\" "
+                + "height=\"10\" fill=\"#26a69a\"><title>connected \(Self.clock(span.start))–\(Self.clock(span.end))</title></rect>\n"
+        }
+        for change in lane.changes {
+            let cx = x(change.time)
+            let up = change.change == "connected"
+            let points = up ? "\(f(cx - 5)),\(f(y + 30)) \(f(cx + 5)),\(f(y + 30)) \(f(cx)),\(f(y + 21))"
+                : "\(f(cx - 5)),\(f(y + 21)) \(f(cx + 5)),\(f(y + 21)) \(f(cx)),\(f(y + 30))"
+            out += "<polygon class=\"change \(Self.escape(change.change))\" points=\"\(points)\" fill=\"\(up ? "#2e7d32" : "#c62828")\">"
+                + "<title>\(Self.escape(change.change)) \(Self.clock(change.time)): \(Self.escape(change.detail))</title></polygon>\n"
+        }
+        return out + "</g>\n"
+    }
+
     private func axis(height: Double) -> String {
         let span = max(timeline.end - timeline.start, 1e-9)
         let steps: [Double] = [0.1, 0.5, 1, 5, 10, 30, 60, 300, 600, 1800, 3600, 10800, 21600, 43200, 86400]
@@ -119,6 +142,8 @@ public struct TimelineSVG {
         out += "<rect x=\"\(f(lx))\" y=\"\(f(y - 6))\" width=\"20\" height=\"4\" fill=\"#5e35b1\"/><text x=\"\(f(lx + 24))\" y=\"\(f(y))\">background task</text>"
         lx += 140
         out += "<line x1=\"\(f(lx + 6))\" y1=\"\(f(y - 12))\" x2=\"\(f(lx + 6))\" y2=\"\(f(y + 2))\" stroke=\"black\"/><text x=\"\(f(lx + 12))\" y=\"\(f(y))\">wake / launch</text>"
+        lx += 110
+        out += "<rect x=\"\(f(lx))\" y=\"\(f(y - 9))\" width=\"20\" height=\"10\" fill=\"#26a69a\"/><text x=\"\(f(lx + 24))\" y=\"\(f(y))\">device connected</text>"
         return out + "</g>\n"
     }
 

@@ -32,6 +32,20 @@ public struct TimelineTrace {
                 ])
             }
         }
+        for (index, lane) in timeline.devices.enumerated() {
+            let tid = timeline.lanes.count + index + 1
+            events.append(["name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": ["name": "\(lane.kind): \(lane.device)"]])
+            events.append(["name": "thread_sort_index", "ph": "M", "pid": 1, "tid": tid, "args": ["sort_index": tid]])
+            for span in lane.connected {
+                events.append(complete("connected", "device", span.start, span.end, tid))
+            }
+            for change in lane.changes {
+                events.append([
+                    "name": change.change, "cat": "device", "ph": "i", "s": "t", "pid": 1, "tid": tid,
+                    "ts": micro(change.time), "args": ["detail": change.detail],
+                ])
+            }
+        }
         return try JSONSerialization.data(withJSONObject: ["traceEvents": events, "displayTimeUnit": "ms"], options: [.sortedKeys])
     }
 

@@ -41,10 +41,11 @@ struct TimelineCommand: AsyncParsableCommand {
 
     func run() async throws {
         let control = try await options.connect()
-        let decisions = try await control.log(app: app)
+        let log = try await control.logWithDevices(app: app)
+        let decisions = log.decisions
         let budget = try? await control.status().timings["wake-budget"]
         let now = Date().timeIntervalSince1970
-        let timeline = Timeline(decisions: decisions, start: since.map { now - $0 }, end: now)
+        let timeline = Timeline(decisions: decisions, devices: log.devices ?? [], start: since.map { now - $0 }, end: now)
         let data: Data = switch format {
         case .svg: Data(TimelineSVG(timeline, wakeBudget: budget).text.utf8)
         case .trace: try TimelineTrace(timeline).data()
@@ -58,7 +59,7 @@ struct TimelineCommand: AsyncParsableCommand {
                 throw WriteFailed(description: "cannot write \(output): \(error.localizedDescription)")
             }
             if !options.json {
-                print("\(output): \(timeline.lanes.count) app lane(s), \(decisions.count) decision(s)")
+                print("\(output): \(timeline.lanes.count) app lane(s), \(timeline.devices.count) device lane(s), \(decisions.count) decision(s)")
             }
         }
     }

@@ -76,6 +76,40 @@ struct TimelineTests {
         #expect(svg.contains("no decisions in this period"))
     }
 
+    static let devices: [DeviceRecord] = [
+        DeviceRecord(time: 1005, kind: "accessory", device: "Sensor VGL123", change: "connected", detail: "connection 1 at /dev/ttyACM0"),
+        DeviceRecord(time: 1025, kind: "accessory", device: "Sensor VGL123", change: "disconnected", detail: "connection 1 at /dev/ttyACM0"),
+        DeviceRecord(time: 1028, kind: "accessory", device: "Sensor VGL123", change: "connected", detail: "connection 2 at /dev/ttyACM0"),
+        DeviceRecord(time: 1033, kind: "bluetooth", device: "AA:BB:CC:DD:EE:FF", change: "disconnected", detail: "link lost"),
+    ]
+
+    @Test func devicesGetLanesOfTheirOwn() throws {
+        let timeline = Timeline(decisions: Self.decisions, devices: Self.devices, end: 1060)
+        #expect(timeline.devices.map(\.device) == ["Sensor VGL123", "AA:BB:CC:DD:EE:FF"])
+        let sensor = timeline.devices[0]
+        #expect(sensor.connected.map { [$0.start, $0.end] } == [[1005, 1025], [1028, 1060]])
+        #expect(sensor.changes.map(\.change) == ["connected", "disconnected", "connected"])
+        // First seen going away: connected since before the period.
+        #expect(timeline.devices[1].connected.map { [$0.start, $0.end] } == [[1000, 1033]])
+
+        let svg = TimelineSVG(timeline).text
+        let document = try XMLDocument(xmlString: svg)
+        #expect(try document.nodes(forXPath: "//*[local-name()='g'][@class='device']").count == 2)
+        #expect(try document.nodes(forXPath: "//*[local-name()='polygon'][@class='change disconnected']").count == 2)
+
+        let data = try TimelineTrace(timeline).data()
+        let events = try #require((try JSONSerialization.jsonObject(with: data) as? [String: Any])?["traceEvents"] as? [[String: Any]])
+        #expect(events.filter { $0["cat"] as? String == "device" && $0["ph"] as? String == "X" }.count == 3)
+    }
+
+    @Test func recordsWrittenAsLinesReadBack() throws {
+        let decision = DecisionRecord(time: 1_764_118_129.125, app: "org.example.a", action: "wake", reason: "woken for 'x' \"q\"\n", state: .background)
+        let device = DeviceRecord(time: 12.5, kind: "accessory", device: "S\u{1}", change: "connected", detail: "at /dev/x")
+        #expect(try JSONDecoder().decode(DecisionRecord.self, from: Data(decision.jsonLine)) == decision)
+        #expect(try JSONDecoder().decode(DeviceRecord.self, from: Data(device.jsonLine)) == device)
+        #expect(decision.jsonLine.last == UInt8(ascii: "\n") && decision.jsonLine.filter { $0 == UInt8(ascii: "\n") }.count == 1)
+    }
+
     @Test func theTraceHasAThreadPerAppAndItsEvents() throws {
         let data = try TimelineTrace(Timeline(decisions: Self.decisions, end: 1060)).data()
         let object = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])

@@ -100,6 +100,8 @@ extension DaemonCore {
             logger.warning("accessory connection \(id) at \(DeviceText.escaped(node)) claims the same identity (\(DeviceText.escaped(accessory.identity.key))) as connection \(others.map { "\($0.info.connectionID) at \(DeviceText.escaped($0.info.deviceNode))" }.joined(separator: ", ")): both are kept, and a session waiting for this identity reopens only on its own USB port")
         }
         notifyWatchers("connected", accessory.info)
+        recordDevice(kind: "accessory", device: Self.deviceName(accessory.info), change: "connected",
+                     detail: "connection \(id) at \(accessory.info.deviceNode)")
         for app in notifiedApps(about: accessory.info) {
             deliverAccessoryEvent(AccessoryEventKind.connected, accessory.info, to: app)
         }
@@ -120,6 +122,8 @@ extension DaemonCore {
             }
         }
         notifyWatchers("disconnected", accessory.info)
+        recordDevice(kind: "accessory", device: Self.deviceName(accessory.info), change: "disconnected",
+                     detail: "connection \(id) at \(accessory.info.deviceNode)")
         for app in notifiedApps(about: accessory.info) {
             // A connect the app has not seen yet and this disconnect cancel out.
             let withdrawn = withEngine { engine, _ in
@@ -151,6 +155,11 @@ extension DaemonCore {
         } catch {
             logger.warning("\(kind) for \(app) not queued: \(error)", metadata: ["app": "\(app)"])
         }
+    }
+
+    /// How the timeline names an accessory: its name, and its serial number when it has one.
+    static func deviceName(_ accessory: AccessoryInfo) -> String {
+        accessory.serialNumber.isEmpty ? accessory.name : "\(accessory.name) \(accessory.serialNumber)"
     }
 
     private func notifyWatchers(_ change: String, _ accessory: AccessoryInfo) {

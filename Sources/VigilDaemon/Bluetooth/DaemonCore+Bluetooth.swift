@@ -71,6 +71,12 @@ extension DaemonCore {
     }
 
     func deliverBluetoothEvent(_ kind: String, _ attributes: [String: JSONValue], _ body: [UInt8], mode: BackgroundMode, to client: BluetoothClient) {
+        if kind == BluetoothEventKind.connected || kind == BluetoothEventKind.disconnected,
+           case let .string(address)? = attributes["peripheral"] {
+            let reason: String = if case let .string(text)? = attributes["reason"] { text } else { "" }
+            recordDevice(kind: "bluetooth", device: address, change: kind == BluetoothEventKind.connected ? "connected" : "disconnected",
+                         detail: reason)
+        }
         switch client {
         case let .control(connectionID):
             if let connection = connections[connectionID] {

@@ -43,13 +43,16 @@ import tempfile
 import time
 from typing import Any
 
-import attr
-from labgrid.driver.common import Driver
-from labgrid.driver.consoleexpectmixin import ConsoleExpectMixin
-from labgrid.factory import target_factory
-from labgrid.protocol import ConsoleProtocol
-from labgrid.resource.common import ManagedResource, NetworkResource, Resource
-from labgrid.resource.remote import RemotePlaceManager
+try:
+    import attr
+    from labgrid.driver.common import Driver
+    from labgrid.driver.consoleexpectmixin import ConsoleExpectMixin
+    from labgrid.factory import target_factory
+    from labgrid.protocol import ConsoleProtocol
+    from labgrid.resource.common import ManagedResource, NetworkResource, Resource
+    from labgrid.resource.remote import RemotePlaceManager
+except ImportError as missing:  # pragma: no cover - depends on the installation
+    raise ImportError(f"vigil.labgrid needs labgrid ({missing}): pip install 'vigil[labgrid]'") from missing
 
 from ._frames import VigilError, socket_path
 from .sync import ControlClient

@@ -182,6 +182,8 @@ class VigilDaemon:
         command = [self.vigild or "vigild", "--socket", self.socket, "--config", str(self.config)]
         command += shlex.split(os.environ.get("VIGILD_ARGS", ""))
         # Never the test runner's own stdout/stderr: apps may outlive the daemon holding them.
+        if self._output is not None:
+            self._output.close()  # a restart: the same file, appended to
         self._output = open(self.output, "ab")
         if self.with_accessory:
             repo = find_repo()

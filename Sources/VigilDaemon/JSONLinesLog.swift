@@ -1,34 +1,37 @@
 import Foundation
 import VigilProtocol
 
-/// The decision log on disk, so it lasts across restarts: `decisions.jsonl`
-/// in the state directory, one JSON object per line (`DecisionRecord`),
-/// appended with one write(2) per decision (in the page cache at once: a
-/// SIGKILL loses none). Bounded: after `capacity` lines the file becomes
-/// `decisions.jsonl.1` (replacing the one before) and a new one starts, so
-/// at most twice `decision-log-size` decisions are kept.
-final class DecisionLogFile {
+/// A log of records on disk, so it lasts across restarts: `<name>.jsonl` in
+/// the state directory, one JSON object per line, appended with one write(2)
+/// per record (in the page cache at once: a SIGKILL loses none). Bounded:
+/// after `capacity` lines the file becomes `<name>.jsonl.1` (replacing the
+/// one before) and a new one starts, so at most twice `capacity` records are
+/// kept. The decision log (`decisions.jsonl`, `DecisionRecord`) and the
+/// device log (`devices.jsonl`, `DeviceRecord`) are two.
+final class JSONLinesLog<Record: Decodable> {
     let path: String
+    private let encode: (Record) -> [UInt8]
     let capacity: Int
     private var fd: Int32 = -1
     private var lines = 0
     /// Set while writes fail, so the failure is logged once.
     private(set) var failure: String?
 
-    init(directory: String, capacity: Int) {
-        path = directory + "/decisions.jsonl"
+    init(directory: String, name: String, capacity: Int, encode: @escaping (Record) -> [UInt8]) {
+        path = "\(directory)/\(name).jsonl"
         self.capacity = max(capacity, 1)
+        self.encode = encode
     }
 
     deinit {
         if fd >= 0 { close(fd) }
     }
 
-    /// The last `capacity` decisions of the files an earlier daemon left
+    /// The last `capacity` records of the files an earlier daemon left
     /// (oldest first), and how many lines could not be read (a torn last
     /// line, a damaged file). Opens the current file for appending.
-    func load() -> (records: [DecisionRecord], unreadable: Int) {
-        var records: [DecisionRecord] = []
+    func load() -> (records: [Record], unreadable: Int) {
+        var records: [Record] = []
         var unreadable = 0
         let decoder = JSONDecoder()
         for file in [path + ".1", path] {
@@ -36,7 +39,7 @@ final class DecisionLogFile {
             var count = 0
             for line in data.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: true) {
                 count += 1
-                if let record = try? decoder.decode(DecisionRecord.self, from: Data(line)) {
+                if let record = try? decoder.decode(Record.self, from: Data(line)) {
                     records.append(record)
                 } else {
                     unreadable += 1
@@ -48,10 +51,10 @@ final class DecisionLogFile {
         return (Array(records.suffix(capacity)), unreadable)
     }
 
-    func append(_ record: DecisionRecord) {
+    func append(_ record: Record) {
         if lines >= capacity { rotate() }
         guard fd >= 0 else { return }
-        let bytes = record.jsonLine
+        let bytes = encode(record)
         let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
         if written == bytes.count {
             lines += 1
