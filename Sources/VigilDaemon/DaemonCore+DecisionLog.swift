@@ -14,7 +14,9 @@ extension DaemonCore {
 
     /// An accessory or a Bluetooth LE link came or went: kept for the timeline.
     func recordDevice(kind: String, device: String, change: String, detail: String) {
-        decisions.appendDevice(DeviceRecord(time: wallClock(), kind: kind, device: device, change: change, detail: detail))
+        guard let record = decisions.appendDevice(DeviceRecord(time: wallClock(), kind: kind, device: device, change: change, detail: detail))
+        else { return }
+        metricsEndpoint?.metrics.deviceChanged(record, reconnect: record.change == "connected" && decisions.hasSeenLeave(of: record))
     }
 
     func recordDecision(_ decision: Decision) {

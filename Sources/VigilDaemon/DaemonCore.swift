@@ -163,13 +163,13 @@ actor DaemonCore {
         listenerWatch = try loop.watch(listener.fd, for: .readable) { [unowned self] _ in
             self.assumeIsolated { $0.acceptClients() }
         }
+        startMetrics()  // before anything it counts happens
         adoptSurvivors()
         engine.relaunchForRestoredEvents(now: now)
         startAccessories()
         connectPortKeeper()
         restoreSessions()
         startBluetooth(restoring: saved.bluetooth)
-        startMetrics()
         logger.notice("listening", metadata: [
             "socket": "\(socketPath)", "suspension": "\(suspender.mechanism.rawValue)", "detail": "\(suspender.detail)",
         ])

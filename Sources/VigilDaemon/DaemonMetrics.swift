@@ -100,6 +100,12 @@ final class DaemonMetrics {
         if record.state == .notRunning { wakeAwaitingAck[record.app] = nil }
     }
 
+    /// A device came or went; a Bluetooth link that comes back is a reconnection.
+    func deviceChanged(_ record: DeviceRecord, reconnect: Bool) {
+        count("vigil_device_changes_total", [("kind", record.kind), ("change", record.change)])
+        if reconnect && record.kind == "bluetooth" { count("vigil_bluetooth_reconnects_total") }
+    }
+
     /// The app acknowledged events: the first acknowledgement after a wake
     /// measures how long the wake took to be handled.
     func acknowledged(by app: String, now: UInt64) {

@@ -46,13 +46,22 @@ struct DecisionHistory {
 
     /// A device came or went. A change repeated for the same device (a link
     /// event reaches every app that uses the peripheral) is kept once.
-    mutating func appendDevice(_ record: DeviceRecord) {
+    /// Returns the record kept, or nil for a repeat.
+    @discardableResult
+    mutating func appendDevice(_ record: DeviceRecord) -> DeviceRecord? {
         if let last = storedDevices.last(where: { $0.kind == record.kind && $0.device == record.device }), last.change == record.change {
-            return
+            return nil
         }
         storedDevices.append(record)
         if storedDevices.count > 2 * capacity { storedDevices.removeFirst(storedDevices.count - capacity) }
         deviceFile?.append(record)
+        return record
+    }
+
+    /// Whether the device of `record` was seen going away before it (so its
+    /// connection now is a reconnection).
+    func hasSeenLeave(of record: DeviceRecord) -> Bool {
+        storedDevices.dropLast().contains { $0.kind == record.kind && $0.device == record.device && $0.change == "disconnected" }
     }
 
     func devices(since: Double?) -> [DeviceRecord] {

@@ -15,6 +15,7 @@ import unittest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fault_harness import FAULT_APP, PYTHON, VIGILD, app_info, daemon_with_app, read_jsonl, wait_for
+from test_accessory_daemon import AccessoryDaemonHarness
 
 APP = "org.vigil.test.metrics"
 
@@ -128,3 +129,33 @@ class DashboardTests(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class DeviceRecordTests(AccessoryDaemonHarness):
+    """An accessory unplugged and plugged back: two device records in the log
+    (`log` without an app) and in `devices.jsonl`, and the metrics' device
+    counters follow."""
+
+    def setUp(self):
+        scratch = tempfile.mkdtemp(prefix="vigil-metrics-devices-")
+        self.addCleanup(shutil.rmtree, scratch, True)
+        self.metrics_socket = os.path.join(scratch, "metrics.sock")
+        self.daemon_settings = f'metrics-socket = "{self.metrics_socket}"\n'
+        super().setUp()
+
+    def test_unplug_and_replug_are_recorded_and_counted(self):
+        self.wait_until(lambda: self.control.accessories()["accessories"], "the accessory")
+        self.device("unplug")
+        self.wait_until(lambda: not self.control.accessories()["accessories"], "the unplug")
+        self.device("plug")
+        self.wait_until(lambda: self.control.accessories()["accessories"], "the replug")
+        changes = [(d["kind"], d["change"]) for d in self.control.request("log").header["devices"]]
+        self.assertEqual(changes, [("accessory", "connected"), ("accessory", "disconnected"), ("accessory", "connected")])
+        with open(os.path.join(self.dir, "state", "devices.jsonl")) as file:
+            self.assertEqual(len(file.read().splitlines()), 3)
+        connection = UnixHTTPConnection(self.metrics_socket)
+        connection.request("GET", "/metrics")
+        families = {f.name: f for f in text_string_to_metric_families(connection.getresponse().read().decode())}
+        counted = {(s.labels["kind"], s.labels["change"]): s.value for s in families["vigil_device_changes"].samples
+                   if s.name == "vigil_device_changes_total"}
+        self.assertEqual(counted, {("accessory", "connected"): 2, ("accessory", "disconnected"): 1})
