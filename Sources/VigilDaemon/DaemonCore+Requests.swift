@@ -5,6 +5,19 @@ import VigilSystem
 
 /// Turns frames into engine calls and replies, per role.
 extension DaemonCore {
+    /// A request type as a metrics label: known types as they are, anything
+    /// else (a client may send any string) as one label, so labels stay bounded.
+    static func metricsType(_ type: String) -> String {
+        type.count <= 40 && type.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "." || $0 == "_") })
+            && (type.hasPrefix("ble.") || type.hasPrefix("refresh.") || knownRequestTypes.contains(type)) ? type : "other"
+    }
+
+    static let knownRequestTypes: Set<String> = [
+        "hello", "ack", "beginBackgroundTask", "endBackgroundTask", "finishedProcessing", "backgroundTimeRemaining",
+        "status", "apps", "appAction", "wake", "log", "reload", "accessories", "registerForAccessoryNotifications",
+        "openSession", "write", "closeSession", "watchAccessories",
+    ]
+
     func handle(_ frame: Frame, from connection: ClientConnection) {
         let message: IncomingMessage
         do {
@@ -26,6 +39,7 @@ extension DaemonCore {
                 return
             }
         } catch {
+            metricsEndpoint?.metrics.count("vigil_request_errors_total", [("type", Self.metricsType(message.type)), ("code", error.code.rawValue)])
             if error.closesConnection {
                 fail(connection, error)
             } else if case .handshake = connection.phase {

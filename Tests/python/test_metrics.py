@@ -102,6 +102,12 @@ class MetricsTests(unittest.TestCase):
             raw.connect(self.metrics_socket)
             raw.sendall(b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 10000)
             self.assertTrue(raw.recv(100).startswith(b"HTTP/1.1 431"))
+        # Requests answered with an error are counted by type and code.
+        with self.assertRaises(Exception):
+            self.control.app_action("launch", "org.example.nope")
+        errors = self.families(UnixHTTPConnection(self.metrics_socket))["vigil_request_errors"]
+        self.assertIn(("appAction", "unknownApp"), {(s.labels["type"], s.labels["code"]) for s in errors.samples
+                                                    if s.name == "vigil_request_errors_total"})
         # A client that connects and says nothing does not hold the daemon up.
         silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         silent.connect(self.metrics_socket)
