@@ -84,5 +84,8 @@ public struct ControlSession: Sendable {
         /// Closed by the daemon (the device hung up or was unplugged, a read or
         /// write failed), or the connection to vigild was lost.
         case closed(reason: String)
+        /// A `reopen` session lost its accessory (`reason`); data follows
+        /// again on this stream once the accessory returns.
+        case waitingToReopen(reason: String)
     }
 }

@@ -44,6 +44,10 @@ final class ControlPushes: Sendable {
             state.withLock { $0.sessions[session] }?.yield(.data(message.body))
         case SessionClosed.type:
             let closed = try message.decode(SessionClosed.self)
+            if closed.willReopen == true {
+                state.withLock { $0.sessions[closed.session] }?.yield(.waitingToReopen(reason: closed.reason))
+                return
+            }
             guard let continuation = state.withLock({ $0.sessions.removeValue(forKey: closed.session) }) else { return }
             continuation.yield(.closed(reason: closed.reason))
             continuation.finish()

@@ -190,9 +190,13 @@ public struct SessionClosed: Message, Equatable {
     public static let type = "sessionClosed"
     public var session: Int
     public var reason: String
-    public init(session: Int, reason: String) {
+    /// The session was opened with `reopen` and waits for its accessory to
+    /// return: its output follows again once it does (absent from daemons before it).
+    public var willReopen: Bool?
+    public init(session: Int, reason: String, willReopen: Bool? = nil) {
         self.session = session
         self.reason = reason
+        self.willReopen = willReopen
     }
 }
 

@@ -48,6 +48,8 @@ struct AccessoryOpen: AsyncParsableCommand {
                 case let .closed(reason):
                     report.yield(.closed(reason))
                     return reason
+                case let .waitingToReopen(reason):
+                    note("session \(session.id) waits for its accessory to return: \(reason)")
                 }
             }
             report.yield(.outputEnded)

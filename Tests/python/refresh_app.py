@@ -33,12 +33,9 @@ def main():
 
     with AppClient() as app:
         record(kind="hello", state=app.state, launch=app.launch)
-        members = {"interval": options.interval}
-        if options.earliest is not None:
-            members["earliestBegin"] = options.earliest
         try:
-            reply = app.request("refresh.schedule", **members)
-            record(kind="scheduled", next=reply.header["next"], interval=reply.header["interval"])
+            reply = app.schedule_refresh(options.interval, options.earliest)
+            record(kind="scheduled", next=reply["next"], interval=reply["interval"])
         except VigilError as error:
             record(kind="refused", code=error.code, message=error.message)
         for item in app.events():
@@ -48,7 +45,7 @@ def main():
                 record(kind="refresh", seq=item.seq, attributes=item.attributes, redelivered=item.redelivered)
                 app.ack(item.seq)
                 record(kind="completed", result=options.result)
-                app.request("refresh.complete", result=options.result)
+                app.complete_refresh(options.result)
             else:
                 app.ack(item.seq)
                 app.finished_processing()

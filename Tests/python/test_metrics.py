@@ -155,7 +155,7 @@ class DeviceRecordTests(AccessoryDaemonHarness):
         self.wait_until(lambda: not self.control.accessories()["accessories"], "the unplug")
         self.device("plug")
         self.wait_until(lambda: self.control.accessories()["accessories"], "the replug")
-        changes = [(d["kind"], d["change"]) for d in self.control.request("log").header["devices"]]
+        changes = [(d["kind"], d["change"]) for d in self.control.devices()]
         self.assertEqual(changes, [("accessory", "connected"), ("accessory", "disconnected"), ("accessory", "connected")])
         with open(os.path.join(self.dir, "state", "devices.jsonl")) as file:
             self.assertEqual(len(file.read().splitlines()), 3)

@@ -95,7 +95,7 @@ extension DaemonCore {
             _ = try? withEngine { engine, now throws(ProtocolError) in try engine.deliver(event, to: app, now: now) }
         case let .control(connectionID):
             if let connection = connections[connectionID] {
-                send(SessionClosed(session: id, reason: reason), to: connection)
+                send(SessionClosed(session: id, reason: reason, willReopen: keepForReopen), to: connection)
             }
         }
     }

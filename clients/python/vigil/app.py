@@ -374,6 +374,32 @@ class App(Client):
             if error.code != "disconnected":
                 raise
 
+    async def schedule_refresh(self, interval: float, earliest_begin: float | None = None) -> dict[str, Any]:
+        """Background refresh (the manifest's `fetch` mode): be woken with an
+        `app.refresh` event every `interval` seconds at the least, the first
+        not before `earliest_begin` seconds from now. Returns {next, interval}
+        as the daemon applies them (docs/lifecycle.md, "Background refresh")."""
+        members: dict[str, Any] = {"interval": interval}
+        if earliest_begin is not None:
+            members["earliestBegin"] = earliest_begin
+        return (await self.request("refresh.schedule", **members)).header
+
+    async def cancel_refresh(self) -> None:
+        """No more refresh wakes."""
+        await self.request("refresh.cancel")
+
+    async def complete_refresh(self, result: str) -> None:
+        """How the refresh went: "newData", "noData" (again and again stretches
+        the interval) or "failed". Ends the processing window, as
+        `finished_processing` does."""
+        if result not in ("newData", "noData", "failed"):
+            raise ValueError(f"result {result!r}: newData, noData or failed")
+        try:
+            await self.request("refresh.complete", timeout=None, result=result)
+        except VigilError as error:
+            if error.code != "disconnected":
+                raise
+
     async def finished_processing(self) -> None:
         """The app has handled what woke it: with no task held it is suspended
         right after the reply (which it may read only when it next runs)."""

@@ -32,6 +32,7 @@ class Control(Client):
                  timeout: float | None = DEFAULT_TIMEOUT) -> None:
         super().__init__(socket, timeout=timeout)
         self._changes: Mailbox[AccessoryChange] | None = None
+        self._decisions: Mailbox[JSON] | None = None
         # docs/protocol.md, "Transport": with neither a path nor $VIGIL_SOCKET, a control
         # client falls back to the system daemon when nothing listens at the per-user path.
         self._fallback = None if socket or os.environ.get("VIGIL_SOCKET") or self.socket_path == SYSTEM_SOCKET \
@@ -60,13 +61,16 @@ class Control(Client):
                 return False
             if kind == "sessionData":
                 session._feed(Data(message.body), None)
-            elif session.reopen:
+            elif session.reopen or message.get("willReopen") is True:
                 # A session opened with `reopen` waits for its accessory: the push says
                 # closed, but the session goes on when the accessory returns.
                 session._feed(Closed(str(message.get("reason", "")), will_reopen=True), None)
             else:
                 session._feed(Closed(str(message.get("reason", ""))), None)
                 self._sessions.pop(session.id, None)
+            return True
+        if kind == "decision" and self._decisions is not None:
+            self._decisions.put(message["decision"])
             return True
         if kind == "accessoryEvent" and self._changes is not None:
             self._changes.put(AccessoryChange(str(message["change"]), Accessory.from_json(message["accessory"])))
@@ -79,6 +83,8 @@ class Control(Client):
         super()._ended(reason)
         if self._changes is not None:
             self._changes.close()
+        if self._decisions is not None:
+            self._decisions.close()
 
     # -- the daemon and its apps
 
@@ -120,14 +126,43 @@ class Control(Client):
         """Delivers an event as real sources do; the reply (`seq`, `disposition`)."""
         return (await self.request("wake", body=payload, app=app, kind=kind, attributes=dict(attributes or {}))).header
 
-    async def log(self, app: str | None = None, limit: int | None = None) -> list[JSON]:
-        """The decision log, oldest first: {time, app, action, reason, state}."""
+    async def log(self, app: str | None = None, limit: int | None = None, since: float | None = None) -> list[JSON]:
+        """The decision log, oldest first: {time, app, action, reason, state};
+        `since` in seconds since the epoch. It lasts across daemon restarts."""
+        return list((await self.request("log", **self._log_members(app, limit, since)))["decisions"])
+
+    async def devices(self, since: float | None = None) -> list[JSON]:
+        """Devices that came and went, oldest first: {time, kind, device, change, detail}."""
+        return list((await self.request("log", **self._log_members(None, 0, since))).get("devices") or [])
+
+    async def follow_log(self, app: str | None = None, limit: int | None = None,
+                         since: float | None = None) -> AsyncIterator[JSON]:
+        """The decision log so far, then each new decision as it is made."""
+        self._decisions = Mailbox()
+        reply = await self.request("log", follow=True, **self._log_members(app, limit, since))
+        for decision in reply["decisions"]:
+            self._decisions.put(decision)
+        return self._follow(self._decisions)
+
+    async def _follow(self, decisions: Mailbox[JSON]) -> AsyncIterator[JSON]:
+        while True:
+            try:
+                decision = await decisions.get()
+            except Exception:  # noqa: BLE001 - the connection ended
+                return
+            if decision is not None:
+                yield decision
+
+    @staticmethod
+    def _log_members(app: str | None, limit: int | None, since: float | None) -> JSON:
         members: JSON = {}
         if app is not None:
             members["app"] = app
         if limit is not None:
             members["limit"] = limit
-        return list((await self.request("log", **members))["decisions"])
+        if since is not None:
+            members["since"] = since
+        return members
 
     async def reload(self) -> JSON:
         """Reads the manifests again: `apps` (ids) and `problems`."""

@@ -157,8 +157,11 @@ class ControlClient(Connection):
              payload: bytes = b"") -> JSON:
         return self._run(self.control.wake(app, kind, attributes, payload))
 
-    def log(self, app: str | None = None, limit: int | None = None) -> list[JSON]:
-        return self._run(self.control.log(app, limit))
+    def log(self, app: str | None = None, limit: int | None = None, since: float | None = None) -> list[JSON]:
+        return self._run(self.control.log(app, limit, since))
+
+    def devices(self, since: float | None = None) -> list[JSON]:
+        return self._run(self.control.devices(since))
 
     def reload(self) -> JSON:
         return self._run(self.control.reload())
@@ -223,6 +226,15 @@ class AppClient(Connection):
 
     def finished_processing(self) -> None:
         self._run(self.app.finished_processing())
+
+    def schedule_refresh(self, interval: float, earliest_begin: float | None = None) -> JSON:
+        return self._run(self.app.schedule_refresh(interval, earliest_begin))
+
+    def cancel_refresh(self) -> None:
+        self._run(self.app.cancel_refresh())
+
+    def complete_refresh(self, result: str) -> None:
+        self._run(self.app.complete_refresh(result))
 
     def accessories(self) -> list[JSON]:
         return list(self.request("accessories")["accessories"])
