@@ -41,12 +41,28 @@ static int close_inherited_fds(void) {
     return 0;
 }
 
+/// The soft open-file limit vigild started with, restored in each app:
+/// vigild raises its own (one daemon holds fds for many apps), but a program
+/// that uses select() breaks above 1024 (systemd's advice, systemd.exec(5)).
+static struct rlimit started_nofile = { 0, 0 };
+
+int vigil_raise_nofile_limit(unsigned long *soft) {
+    struct rlimit limit;
+    if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return -1;
+    if (started_nofile.rlim_max == 0) started_nofile = limit;
+    limit.rlim_cur = limit.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &limit) != 0) return -1;
+    *soft = (unsigned long)limit.rlim_cur;
+    return 0;
+}
+
 __attribute__((noreturn))
 static void run_child(const vigil_spawn_request *request, int report_fd) {
     // Join the cgroup first, so anything the app forks starts inside it.
     if (request->cgroup_procs_fd >= 0 && write(request->cgroup_procs_fd, "0", 1) != 1) {
         fail(report_fd, VIGIL_SPAWN_CGROUP);
     }
+    if (started_nofile.rlim_max != 0) (void)setrlimit(RLIMIT_NOFILE, &started_nofile);
 
     // Dispositions and the blocked mask come from the daemon's threads, not
     // the app's business. An all-zero kernel sigaction is SIG_DFL, no flags,

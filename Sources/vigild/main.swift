@@ -58,6 +58,14 @@ struct Vigild: ParsableCommand {
         let environment = ProcessInfo.processInfo.environment
         DaemonLogging.bootstrap(level: logLevel)
         let logger = Logger(label: "vigild")
+        // One daemon holds fds for many apps (sockets, pidfds, cgroup files,
+        // ports, session logs): past the usual 1024, not the apps themselves.
+        do {
+            let openFiles = try ResourceLimits.raiseOpenFileLimit()
+            logger.debug("open-file limit \(openFiles)")
+        } catch {
+            logger.warning("cannot raise the open-file limit: \(error)")
+        }
 
         let defaults = DaemonConfig(system: system)
         let configFile = config ?? (system

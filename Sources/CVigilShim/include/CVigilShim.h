@@ -24,6 +24,10 @@ void vigil_set_thread_name(const char *name);
 /// accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK).
 int vigil_accept(int fd);
 
+/// Raises the soft open-file limit to the hard one (apps get the old one
+/// back when spawned); the new soft limit in *soft. -1 with errno on failure.
+int vigil_raise_nofile_limit(unsigned long *soft);
+
 /// The peer's credentials from SO_PEERCRED, as of connect(2) time.
 int vigil_peer_credentials(int fd, pid_t *pid, uid_t *uid, gid_t *gid);
 
