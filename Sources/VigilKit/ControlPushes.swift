@@ -74,57 +74,39 @@ final class ControlPushes: Sendable {
 
     /// A Bluetooth listener: every `blePush` from now on, until the connection closes.
     func addBluetoothWatcher(_ continuation: AsyncStream<CentralEvent>.Continuation) {
-        let id = state.withLock { state -> Int? in
-            guard !state.isClosed else { return nil }
-            defer { state.nextWatcher += 1 }
-            state.bluetooth[state.nextWatcher] = continuation
-            return state.nextWatcher
-        }
-        guard let id else { return continuation.finish() }
-        continuation.onTermination = { [weak self] _ in
-            self?.state.withLock { _ = $0.bluetooth.removeValue(forKey: id) }
-        }
+        add(continuation, to: \.bluetooth)
     }
 
     /// A peripheral-role listener: every `ble.peripheral.*` and `ble.state`
     /// push from now on, until the connection closes.
     func addPeripheralWatcher(_ continuation: AsyncStream<PeripheralManagerEvent>.Continuation) {
-        let id = state.withLock { state -> Int? in
-            guard !state.isClosed else { return nil }
-            defer { state.nextWatcher += 1 }
-            state.peripheral[state.nextWatcher] = continuation
-            return state.nextWatcher
-        }
-        guard let id else { return continuation.finish() }
-        continuation.onTermination = { [weak self] _ in
-            self?.state.withLock { _ = $0.peripheral.removeValue(forKey: id) }
-        }
+        add(continuation, to: \.peripheral)
     }
 
     /// A watch began: called with its reply, before any later push is read.
     func addDecisionFollower(_ continuation: AsyncStream<DecisionRecord>.Continuation) {
-        let id = state.withLock { state -> Int? in
-            guard !state.isClosed else { return nil }
-            defer { state.nextWatcher += 1 }
-            state.decisions[state.nextWatcher] = continuation
-            return state.nextWatcher
-        }
-        guard let id else { return continuation.finish() }
-        continuation.onTermination = { [weak self] _ in
-            self?.state.withLock { _ = $0.decisions.removeValue(forKey: id) }
-        }
+        add(continuation, to: \.decisions)
     }
 
     func addWatcher(_ continuation: AsyncStream<AccessoryEvent>.Continuation) {
+        add(continuation, to: \.watchers)
+    }
+
+    /// Registers a listener under a new id until its stream ends; a closed
+    /// connection finishes it at once.
+    private func add<Element>(
+        _ continuation: AsyncStream<Element>.Continuation,
+        to listeners: WritableKeyPath<State, [Int: AsyncStream<Element>.Continuation]> & Sendable
+    ) {
         let id = state.withLock { state -> Int? in
             guard !state.isClosed else { return nil }
             defer { state.nextWatcher += 1 }
-            state.watchers[state.nextWatcher] = continuation
+            state[keyPath: listeners][state.nextWatcher] = continuation
             return state.nextWatcher
         }
         guard let id else { return continuation.finish() }
         continuation.onTermination = { [weak self] _ in
-            self?.state.withLock { _ = $0.watchers.removeValue(forKey: id) }
+            self?.state.withLock { _ = $0[keyPath: listeners].removeValue(forKey: id) }
         }
     }
 

@@ -4,37 +4,31 @@ extension DecisionRecord {
     /// is two decisions. Members in `String` order, as `JSONEncoder` with
     /// `.sortedKeys` writes them, so `JSONDecoder` reads the line back.
     public var jsonLine: [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(96 + reason.utf8.count)
-        out.append(contentsOf: #"{"action":"#.utf8)
-        EventHeaderWriter.appendString(action, to: &out)
-        out.append(contentsOf: #","app":"#.utf8)
-        EventHeaderWriter.appendString(app, to: &out)
-        out.append(contentsOf: #","reason":"#.utf8)
-        EventHeaderWriter.appendString(reason, to: &out)
-        out.append(contentsOf: #","state":"#.utf8)
-        EventHeaderWriter.appendString(state.rawValue, to: &out)
-        out.append(contentsOf: #","time":"#.utf8)
-        // Finite always (a clock reading); JSON has no NaN or infinity.
-        out.append(contentsOf: (time.isFinite ? "\(time)" : "0").utf8)
-        out.append(contentsOf: "}\n".utf8)
-        return out
+        JSONLine.write([("action", action), ("app", app), ("reason", reason), ("state", state.rawValue)], time: time)
     }
 }
 
 extension DeviceRecord {
     /// One line of JSON, as `DecisionRecord.jsonLine`.
     public var jsonLine: [UInt8] {
-        var out: [UInt8] = []
-        out.append(contentsOf: #"{"change":"#.utf8)
-        EventHeaderWriter.appendString(change, to: &out)
-        out.append(contentsOf: #","detail":"#.utf8)
-        EventHeaderWriter.appendString(detail, to: &out)
-        out.append(contentsOf: #","device":"#.utf8)
-        EventHeaderWriter.appendString(device, to: &out)
-        out.append(contentsOf: #","kind":"#.utf8)
-        EventHeaderWriter.appendString(kind, to: &out)
-        out.append(contentsOf: #","time":"#.utf8)
+        JSONLine.write([("change", change), ("detail", detail), ("device", device), ("kind", kind)], time: time)
+    }
+}
+
+/// The records kept as JSON lines: string members, then `time`.
+enum JSONLine {
+    /// `strings` must come in key order, all before "time".
+    static func write(_ strings: [(key: String, value: String)], time: Double) -> [UInt8] {
+        var out: [UInt8] = [UInt8(ascii: "{")]
+        out.reserveCapacity(96 + strings.reduce(0) { $0 + $1.value.utf8.count })
+        for (key, value) in strings {
+            EventHeaderWriter.appendString(key, to: &out)
+            out.append(UInt8(ascii: ":"))
+            EventHeaderWriter.appendString(value, to: &out)
+            out.append(UInt8(ascii: ","))
+        }
+        // Finite always (a clock reading); JSON has no NaN or infinity.
+        out.append(contentsOf: #""time":"#.utf8)
         out.append(contentsOf: (time.isFinite ? "\(time)" : "0").utf8)
         out.append(contentsOf: "}\n".utf8)
         return out
