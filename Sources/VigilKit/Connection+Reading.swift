@@ -12,7 +12,7 @@ extension Connection {
     }
 
     private func readUntilClosed() {
-        var decoder = FrameDecoder()
+        var decoder = FrameDecoder(limits: .fromDaemon)
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
         var reason = ProtocolError(.disconnected, "vigild closed the connection")
         reading: while true {

@@ -45,6 +45,12 @@ public struct FrameLimits: Sendable, Equatable, Codable {
     }
 
     public static let `default` = FrameLimits()
+
+    /// What a client accepts from the daemon: the header may be far larger
+    /// than what the daemon accepts (the `apps` reply of a daemon with a
+    /// thousand apps is half a megabyte); the daemon is the client's trusted
+    /// peer, so the bound only guards against a broken stream.
+    public static let fromDaemon = FrameLimits(maxHeaderBytes: 16 << 20)
 }
 
 /// Why a byte stream could not be split into frames. Either is fatal for the

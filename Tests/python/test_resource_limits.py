@@ -1,13 +1,19 @@
-"""vigild raises its own open-file limit (one daemon holds fds for many
-apps) and gives its apps the limit it started with (host tier, the real
-vigild and a real app): a program using select() breaks above 1024.
+"""Limits at scale (host tier, the real vigild): vigild raises its own
+open-file limit (one daemon holds fds for many apps) and gives its apps the
+limit it started with (a program using select() breaks above 1024); and the
+`apps` reply of a daemon with many apps, far larger than the 64 KiB a client
+may send, reaches vigilctl and the Python client (docs/protocol.md, "Frames").
 """
 
+import json
 import os
 import resource
+import subprocess
 import unittest
 
-from fault_harness import FAULT_APP, PYTHON, VIGILD, app_info, daemon_with_app, wait_for
+from fault_harness import FAULT_APP, PYTHON, VIGILD, app_info, app_manifest, connect_control, daemon_with_app, wait_for
+
+VIGILCTL = os.environ.get("VIGILCTL") or os.path.join(os.path.dirname(VIGILD), "vigilctl")
 
 
 def open_files(pid):
@@ -32,6 +38,23 @@ class ResourceLimitTests(unittest.TestCase):
         control.app_action("launch", "org.vigil.test.limits")
         self.assertTrue(wait_for(lambda: app_info(control, "org.vigil.test.limits")["pid"], 15), daemon.log_tail())
         self.assertEqual(open_files(app_info(control, "org.vigil.test.limits")["pid"]), (started, hard))
+
+
+    def test_a_daemon_with_many_apps_lists_them_all(self):
+        daemon, _, _ = daemon_with_app(self, "vigil-many-", "org.vigil.test.many0000", ["/bin/true"], start=False)
+        for n in range(1, 400):
+            app_id = f"org.vigil.test.many{n:04d}"
+            with open(os.path.join(daemon.apps_dir, app_id + ".toml"), "w") as manifest:
+                manifest.write(app_manifest(app_id, ["/bin/true"]))
+        daemon.start()
+        self.addCleanup(daemon.stop)
+        control = connect_control(daemon.socket)
+        self.addCleanup(control.close)
+        self.assertEqual(len(control.apps()), 400)
+        result = subprocess.run([VIGILCTL, "--socket", daemon.socket, "--json", "apps"], capture_output=True, text=True,
+                                timeout=60)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(len(json.loads(result.stdout)), 400)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ._frames import (
-    CLIENT_NAME, FATAL_CODES, PROTOCOL_VERSIONS, JSON, ConnectionClosed, FrameDecoder, Message, VigilError,
+    CLIENT_NAME, FATAL_CODES, MAX_HEADER_BYTES_FROM_DAEMON, PROTOCOL_VERSIONS, JSON, ConnectionClosed, FrameDecoder, Message, VigilError,
     encode_frame, socket_path,
 )
 from ._mailbox import Mailbox
@@ -197,7 +197,7 @@ class Connection:
 
     async def _read_loop(self) -> None:
         assert self._reader is not None
-        decoder = FrameDecoder()
+        decoder = FrameDecoder(max_header=MAX_HEADER_BYTES_FROM_DAEMON)
         error: VigilError = ConnectionClosed()
         try:
             while True:

@@ -17,6 +17,9 @@ from typing import Any
 PROTOCOL_VERSIONS = [1]
 CLIENT_NAME = "vigil-python/1"
 MAX_HEADER_BYTES = 65536
+# What a client accepts from the daemon (docs/protocol.md, "Frames"): an
+# `apps` reply of a daemon with a thousand apps is half a megabyte of header.
+MAX_HEADER_BYTES_FROM_DAEMON = 16 << 20
 MAX_BODY_BYTES = 1048576
 SYSTEM_SOCKET = "/run/vigil/vigild.sock"
 
