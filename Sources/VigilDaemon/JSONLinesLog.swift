@@ -35,9 +35,10 @@ final class JSONLinesLog<Record: Decodable> {
         var unreadable = 0
         let decoder = JSONDecoder()
         for file in [path + ".1", path] {
-            guard let data = FileManager.default.contents(atPath: file) else { continue }
+            guard let (data, cut) = Self.tail(of: file) else { continue }
             var count = 0
-            for line in data.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: true) {
+            // A tail cut mid-line starts with a partial line: not a record.
+            for line in data.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: true).dropFirst(cut ? 1 : 0) {
                 count += 1
                 if let record = try? decoder.decode(Record.self, from: Data(line)) {
                     records.append(record)
@@ -49,6 +50,23 @@ final class JSONLinesLog<Record: Decodable> {
         }
         openCurrent()
         return (Array(records.suffix(capacity)), unreadable)
+    }
+
+    /// At most the last `maxLoad` bytes of a regular file (a log far longer
+    /// than vigild writes, or something else at its path, must not stall or
+    /// swamp the start), and whether the start was cut off.
+    static func tail(of path: String, maxLoad: Int = 16 << 20) -> (Data, cut: Bool)? {
+        let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var status = stat()
+        guard fstat(fd, &status) == 0, (status.st_mode & S_IFMT) == S_IFREG else { return nil }
+        let size = Int(status.st_size)
+        let start = max(0, size - maxLoad)
+        var bytes = [UInt8](repeating: 0, count: size - start)
+        let count = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, off_t(start)) }
+        guard count >= 0 else { return nil }
+        return (Data(bytes.prefix(count)), start > 0)
     }
 
     func append(_ record: Record) {

@@ -115,6 +115,19 @@ class DecisionLogTests(unittest.TestCase):
         follower.kill()
         follower.wait()
 
+    def test_a_fifo_or_a_huge_file_in_place_of_the_log_does_not_stall_the_start(self):
+        state = os.path.dirname(self.log_file)
+        os.makedirs(state, exist_ok=True)
+        os.mkfifo(self.log_file + ".1")  # nobody writes it: reading it would block for ever
+        with open(self.log_file, "wb") as file:  # 40 MiB of one unterminated line, then a record
+            file.write(b"x" * (40 << 20) + b"\n")
+            file.write(b'{"action":"wake","app":"org.old","reason":"r","state":"suspended","time":1.5}\n')
+        control = self.start()
+        old = control.log(app="org.old")
+        self.assertEqual([d["time"] for d in old], [1.5], "the record after the damage is read back")
+        self.suspended_app(control)
+        self.assertTrue(control.log(app=APP))
+
     def test_bad_since_is_a_usage_error(self):
         self.start()
         result = subprocess.run([VIGILCTL, "--socket", self.daemon.socket, "log", "--since", "0"],
