@@ -54,6 +54,7 @@ extension DaemonCore {
             }
             output = AppOutput(fd: fd)
         }
+        if output!.journalStream != nil { appOutputInJournal.insert(app) } else { appOutputInJournal.remove(app) }
         let line = output!.journalStream != nil ? banner + "\n" : "--- \(Date()) \(banner)\n"
         _ = line.withCString { Glibc.write(output!.fd, $0, strlen($0)) }
         return output!

@@ -214,6 +214,10 @@ extension DaemonCore {
             droppedEvents: app.queue.totalDropped, lastDecision: app.lastDecision?.action.rawValue,
             lastReason: app.lastDecision?.reason, launchReason: app.launch?.reason, logPath: logPath(of: id),
             manifestPath: app.manifest.path)
+        if appOutputInJournal.contains(id) {
+            info.logPath = nil
+            info.journalIdentifier = id
+        }
         if let refresh = app.refresh {
             info.nextRefresh = Double(refresh.due - min(refresh.due, now)) / 1e9
             info.refreshInterval = Double(refresh.stretchedInterval) / 1e9

@@ -45,6 +45,9 @@ actor DaemonCore {
     var nextConnectionID = 1
     /// The connection each app is currently talking on.
     var appConnections: [String: Int] = [:]
+    /// Apps whose output went to a journal stream at their last launch (the
+    /// rest write `<log-dir>/<id>.log`): what `AppInfo` reports as their log.
+    var appOutputInJournal: Set<String> = []
     var processes: [String: AppProcess] = [:]
     var engineTimer: (id: TimerID, deadline: UInt64)?
     let stateStore: StateStore

@@ -165,7 +165,10 @@ public struct AppInfo: Sendable, Codable, Equatable {
     public var lastDecision: String?
     public var lastReason: String?
     public var launchReason: LaunchReason?
+    /// The file the app's output goes to, or nil while it goes to the
+    /// journal under `journalIdentifier` (`journalctl -t ID`).
     public var logPath: String?
+    public var journalIdentifier: String?
     public var manifestPath: String
     /// Background refresh: seconds until the next one may come (it comes
     /// at most `refresh-coalescing` later), and the interval as stretched
@@ -225,6 +228,7 @@ extension AppInfo {
         try container.encode(lastReason, forKey: .lastReason)
         try container.encode(launchReason, forKey: .launchReason)
         try container.encode(logPath, forKey: .logPath)
+        try container.encode(journalIdentifier, forKey: .journalIdentifier)
         try container.encode(manifestPath, forKey: .manifestPath)
         try container.encode(nextRefresh, forKey: .nextRefresh)
         try container.encode(refreshInterval, forKey: .refreshInterval)

@@ -316,7 +316,7 @@ class ProtocolTests(unittest.TestCase):
         members = {"id", "state", "pid", "backgroundModes", "exitsOnSuspend", "forceQuit", "wakes", "launches",
                    "backgroundTimeUsed", "backgroundTimeRemaining", "tasks", "queuedEvents",
                    "unacknowledgedEvents", "droppedEvents", "lastDecision", "lastReason", "launchReason",
-                   "logPath", "manifestPath"}
+                   "logPath", "journalIdentifier", "manifestPath"}
         self.assertLessEqual(members, set(apps[BINARY_APP]), "missing: " + ", ".join(members - set(apps[BINARY_APP])))
 
     def test_status_names_the_suspension_mechanism(self):

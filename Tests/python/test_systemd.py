@@ -394,6 +394,8 @@ class SystemdTests(unittest.TestCase):
         daemon = self.start()
         with self.control(daemon) as control:
             self.launch_app(control)
+            info = self.app(control)
+        self.assertEqual((info["logPath"], info["journalIdentifier"]), (f"{self.dir}/logs/{APP}.log", None), info)
         def output():
             with open(f"{self.dir}/logs/{APP}.log") as file:
                 return file.read()
@@ -421,6 +423,8 @@ class SystemdTests(unittest.TestCase):
         daemon = self.start(wrapper=wrapper)
         with self.control(daemon) as control:
             pid = self.launch_app(control)
+            info = self.app(control)
+        self.assertEqual((info["logPath"], info["journalIdentifier"]), (None, APP), "the apps reply names the journal")
         stream, _ = journald.accept()
         self.sockets.append(stream)
         stream.settimeout(30)
