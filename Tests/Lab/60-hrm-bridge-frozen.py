@@ -40,9 +40,7 @@ Assumed (guessed where the daemon side was not there to look at):
   when it advertises again, within 90 s (pending connect, no app action).
 """
 # lab-timeout: 420
-import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -82,40 +80,11 @@ peer = lab.Peer.start("hrm", PEER, "--name", NAME, "--location", str(LOCATION), 
                       "--format", "uint8", "--rate", "72")
 
 daemon = acc.Daemon("60", apps={}, timings="suspend-grace = 0.5\nwake-budget = 10\n")
-out = f"{daemon.dir}/bridge.jsonl"
-with open(f"{daemon.dir}/apps/{APP}.toml", "w") as f:
-    f.write(f'id = "{APP}"\n'
-            f"exec = {json.dumps([BRIDGE, '--output', out, '--restore-id', RESTORE_ID])}\n"
-            'background-modes = ["bluetooth-central"]\n')
-reloaded = daemon.control.reload()
-if APP not in reloaded.get("apps", []) or reloaded.get("problems"):
-    raise LabError(f"vigild did not load the bridge's manifest: {reloaded}")
-if "bluetooth-central" not in daemon.app(APP)["backgroundModes"]:
-    raise LabError(f"the bridge's modes: {daemon.app(APP)['backgroundModes']}, want bluetooth-central")
-
-
-def ble_state() -> str:
-    p = subprocess.run([acc.VIGILCTL, "ble", "state", "--json", "--socket", daemon.socket],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
-    return json.loads(p.stdout).get("state", "") if p.returncode == 0 else f"error: {p.stderr.strip()}"
-
-
-daemon.wait(lambda: ble_state() == "poweredOn", 60, "vigild to report the adapter poweredOn (vigilctl ble state)")
-
-
-# --------------------------------------------------- the bridge's lines ----
-def lines(kind: str | None = None) -> list[dict]:
-    return acc.json_lines(out, kind)
-
-
-def diagnostics() -> str:
-    tail = "\n".join(json.dumps(r) for r in lines()[-20:])
-    sent = "\n".join(json.dumps(e) for e in peer.events()[-15:])
-    return f"bridge lines (last 20):\n{tail}\npeer events (last 15):\n{sent}"
-
-
-def wait(cond, timeout: float, what: str):
-    return daemon.wait(cond, timeout, what, explain=diagnostics)
+bridge = acc.Bridge(daemon, APP, [BRIDGE, "--output", f"{daemon.dir}/bridge.jsonl", "--restore-id", RESTORE_ID],
+                    ["bluetooth-central"])
+bridge.peer = peer
+acc.wait_ble_powered_on(daemon)
+lines, diagnostics, wait = bridge.lines, bridge.diagnostics, bridge.wait
 
 
 def no_errors() -> None:

@@ -61,27 +61,10 @@ acc.MATCHER = (
 rules = acc.install_udev_rules()
 
 daemon = acc.Daemon("61", apps={}, timings="suspend-grace = 0.5\nwake-budget = 5\n")
-out = f"{daemon.dir}/bridge.jsonl"
-with open(f"{daemon.dir}/apps/{APP}.toml", "w") as f:
-    f.write(f'id = "{APP}"\n'
-            f"exec = {json.dumps([BRIDGE, '--serial-protocol', PROTOCOL, '--republish', '--location', str(LOCATION), '--output', out, '--restore-id', APP])}\n"
-            'background-modes = ["external-accessory", "bluetooth-peripheral"]\n'
-            f'accessory-protocols = ["{PROTOCOL}"]\n')
-reloaded = daemon.control.reload()
-if APP not in reloaded.get("apps", []) or reloaded.get("problems"):
-    raise LabError(f"vigild did not load the bridge's manifest: {reloaded}")
-modes = daemon.app(APP)["backgroundModes"]
-if not {"external-accessory", "bluetooth-peripheral"} <= set(modes):
-    raise LabError(f"the bridge's modes: {modes}")
-
-
-def ble_state() -> str:
-    p = subprocess.run([acc.VIGILCTL, "ble", "state", "--json", "--socket", daemon.socket],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
-    return json.loads(p.stdout).get("state", "") if p.returncode == 0 else f"error: {p.stderr.strip()}"
-
-
-daemon.wait(lambda: ble_state() == "poweredOn", 60, "vigild to report the adapter poweredOn")
+bridge = acc.Bridge(daemon, APP, [BRIDGE, "--serial-protocol", PROTOCOL, "--republish", "--location", str(LOCATION),
+                                  "--output", f"{daemon.dir}/bridge.jsonl", "--restore-id", APP],
+                    ["external-accessory", "bluetooth-peripheral"], f'accessory-protocols = ["{PROTOCOL}"]\n')
+acc.wait_ble_powered_on(daemon)
 
 host, dev = lab.usb_plug("hrm", acc.VID, HRM_PID, "Vigil Lab", "Vigil Serial HRM", SERIAL)
 props = lab.udev_properties(host)
@@ -93,19 +76,8 @@ sensor = lab.Peer.start("hrm-sensor", "serial_accessory.py", "--device", dev, "-
 log(f"1. sensor {SERIAL} plugged: host {host}, gadget {dev}, protocol {PROTOCOL}")
 
 
-# --------------------------------------------------- the bridge's lines ----
-def lines(kind: str | None = None) -> list[dict]:
-    return acc.json_lines(out, kind)
-
-
-def diagnostics() -> str:
-    tail = "\n".join(json.dumps(r) for r in lines()[-20:])
-    sent = "\n".join(json.dumps(e) for e in sensor.events()[-12:])
-    return f"bridge lines (last 20):\n{tail}\nsensor events (last 12):\n{sent}"
-
-
-def wait(cond, timeout: float, what: str):
-    return daemon.wait(cond, timeout, what, explain=diagnostics)
+bridge.peer = sensor
+lines, diagnostics, wait = bridge.lines, bridge.diagnostics, bridge.wait
 
 
 def wakes() -> list[dict]:

@@ -337,6 +337,45 @@ class Daemon:
             log(f"cannot keep {self.dir} in {keep}: {exc}")
 
 
+class Bridge:
+    """An example app (the heart-rate bridge) under `daemon`: its manifest,
+    loaded and checked, and the JSON lines it writes to `daemon.dir/bridge.jsonl`.
+    `peer` (a `lab.Peer`, set when it starts) adds its last events to failures."""
+
+    def __init__(self, daemon: Daemon, app: str, exec_: list[str], modes: list[str], extra: str = "") -> None:
+        self.daemon = daemon
+        self.out = f"{daemon.dir}/bridge.jsonl"
+        self.peer: Any = None
+        with open(f"{daemon.dir}/apps/{app}.toml", "w") as f:
+            f.write(f'id = "{app}"\nexec = {json.dumps(exec_)}\nbackground-modes = {json.dumps(modes)}\n{extra}')
+        reloaded = daemon.control.reload()
+        if app not in reloaded.get("apps", []) or reloaded.get("problems"):
+            raise LabError(f"vigild did not load {app}'s manifest: {reloaded}")
+        loaded = daemon.app(app)["backgroundModes"]
+        if not set(modes) <= set(loaded):
+            raise LabError(f"{app}'s modes: {loaded}, want {modes}")
+
+    def lines(self, kind: str | None = None) -> list[dict]:
+        return json_lines(self.out, kind)
+
+    def diagnostics(self) -> str:
+        tail = "\n".join(json.dumps(r) for r in self.lines()[-20:])
+        sent = "\n".join(json.dumps(e) for e in self.peer.events()[-15:]) if self.peer else "(no peer)"
+        return f"bridge lines (last 20):\n{tail}\npeer events (last 15):\n{sent}"
+
+    def wait(self, cond: Callable[[], Any], timeout: float, what: str) -> Any:
+        return self.daemon.wait(cond, timeout, what, explain=self.diagnostics)
+
+
+def wait_ble_powered_on(daemon: Daemon, timeout: float = 60) -> None:
+    """Until `vigilctl ble state` says the adapter is poweredOn for vigild."""
+    def state() -> str:
+        p = subprocess.run([VIGILCTL, "ble", "state", "--json", "--socket", daemon.socket],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+        return json.loads(p.stdout).get("state", "") if p.returncode == 0 else f"error: {p.stderr.strip()}"
+    daemon.wait(lambda: state() == "poweredOn", timeout, "vigild to report the adapter poweredOn (vigilctl ble state)")
+
+
 def check_identity(acc: dict, *, serial: str, manufacturer: str, name: str, node: str) -> None:
     """An accessory object as vigild reports it for a lab gadget."""
     want = {"vendorID": f"{VID:04x}", "productID": f"{PID:04x}", "serialNumber": serial,
