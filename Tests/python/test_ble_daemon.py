@@ -13,159 +13,40 @@ mock models it. The lab tier (Tests/Lab) checks the same against real BlueZ.
 import asyncio
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(REPO, "clients", "python"))
-sys.path.insert(0, os.path.join(REPO, "Tests", "bluez-mock"))
-
-from vigil_client import ControlClient, VigilError  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ble_harness import EXAMPLE_APP, PYTHON, REPO, VIGILD, MockBlueZDaemonTest, extra_threads, missing  # noqa: E402,F401
+from vigil_client import VigilError  # noqa: E402
 import vigil  # noqa: E402
 
-VIGILD = os.environ.get("VIGILD") or os.path.join(REPO, ".build", "debug", "vigild")
-PYTHON = "/usr/bin/python3"
-EXAMPLE_APP = os.path.join(REPO, "clients", "python", "example_app.py")
 HRM = "AA:BB:CC:DD:EE:01"
 HRS, HRM_MEASUREMENT, BODY_LOCATION = "180d", "2a37", "2a38"
 FULL = lambda short: f"0000{short}-0000-1000-8000-00805f9b34fb"  # noqa: E731
 APP = "org.vigil.test.bleapp"
 
 
+class CentralRig(MockBlueZDaemonTest):
+    """The mock with a heart-rate monitor (`self.hrm`, at HRM) and an app in the
+    bluetooth-central mode that subscribes to its measurements. No tests: the
+    modules that need this rig subclass it."""
 
-def extra_threads(daemon):
-    """Threads of a running vigild besides its own two. vigild never runs on
-    Swift's global executor (issue 12: libdispatch's pool would wake it every
-    second), so any name here is a regression."""
-    if daemon.poll() is not None:
-        return []
-    names = sorted(open(f"/proc/{daemon.pid}/task/{tid}/comm").read().strip()
-                   for tid in os.listdir(f"/proc/{daemon.pid}/task"))
-    return [name for name in names if name not in ("vigild", "vigild-loop")]
+    APP = APP
 
-def missing():
-    if not os.path.exists(VIGILD):
-        return f"vigild is not built at {VIGILD}"
-    if not shutil.which("dbus-daemon"):
-        return "dbus-daemon is not installed"
-    if not os.path.exists("/usr/lib/python3/dist-packages/dbusmock"):
-        return "python3-dbusmock is not installed"
-    try:
-        import dbus  # noqa: F401
-    except ImportError:
-        return "python3-dbus is not importable (run with /usr/bin/python3)"
-    return None
-
-
-@unittest.skipIf(missing(), missing() or "")
-class BluetoothCentralTests(unittest.TestCase):
-    def setUp(self):
-        import dbus
-        from bluez_mock import MockBlueZ
-
-        self.dbus = dbus
-        self.mock = MockBlueZ()
-        self.mock.start()
+    def prepare_mock(self):
         self.hrm = self.mock.control.AddHeartRateMonitor("hci0", HRM, "Vigil HRM")
-        self.dir = tempfile.mkdtemp(prefix="vigil-ble-")
-        os.makedirs(f"{self.dir}/apps")
-        self.socket = f"{self.dir}/vigild.sock"
-        self.record = f"{self.dir}/app.jsonl"
-        cgroup = ""
-        unified = "/sys/fs/cgroup/unified" if os.path.isdir("/sys/fs/cgroup/unified") else "/sys/fs/cgroup"
-        self.cgroup_root = None
-        if os.geteuid() == 0 and os.path.exists(f"{unified}/cgroup.procs"):
-            self.cgroup_root = f"{unified}/vigil-pyble-{os.getpid()}"
-            cgroup = f'cgroup-root = "{self.cgroup_root}"'
-        with open(f"{self.dir}/vigild.toml", "w") as config:
-            config.write(f'manifest-dirs = ["apps"]\nstate-dir = "state"\nlog-dir = "logs"\n{cgroup}\n'
-                         "[timings]\nsuspend-grace = 0.5\nwake-budget = 3.0\n")
-        with open(f"{self.dir}/apps/{APP}.toml", "w") as manifest:
-            manifest.write(
-                f'id = "{APP}"\n'
+
+    def manifest(self):
+        return (f'id = "{APP}"\n'
                 f'exec = ["{PYTHON}", "{EXAMPLE_APP}", "--record", "{self.record}", "--ble-peripheral", "{HRM}", '
                 f'"--ble-notify", "{HRS}/{HRM_MEASUREMENT}", "--restore-id", "hrm"]\n'
                 'background-modes = ["bluetooth-central"]\n')
-        self.daemon_log = open(f"{self.dir}/vigild.log", "w")
-        self.daemon = subprocess.Popen(
-            [VIGILD, "--socket", self.socket, "--config", f"{self.dir}/vigild.toml"],
-            env=self.mock.env, stdout=self.daemon_log, stderr=self.daemon_log, stdin=subprocess.DEVNULL)
-        self.clients = []
-        self.control = self.connect()
-        self.wait_until(lambda: self.control.request("ble.state")["state"] == "poweredOn", "Bluetooth powered on")
 
-    def tearDown(self):
-        for client in self.clients:
-            client.close()
-        extra = extra_threads(self.daemon)
-        self.daemon.terminate()
-        try:
-            self.daemon.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.daemon.kill()
-            self.daemon.wait()
-        self.daemon_log.close()
-        if self.cgroup_root and os.path.isdir(self.cgroup_root):
-            for child in os.listdir(self.cgroup_root):
-                path = f"{self.cgroup_root}/{child}"
-                if os.path.isdir(path):
-                    with open(f"{path}/cgroup.kill", "w") as kill:
-                        kill.write("1")
-                    deadline = time.monotonic() + 10
-                    while "populated 0" not in open(f"{path}/cgroup.events").read() and time.monotonic() < deadline:
-                        time.sleep(0.05)
-                    os.rmdir(path)
-            os.rmdir(self.cgroup_root)
-        self.mock.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
-        self.assertEqual(extra, [], "vigild threads other than its own (libdispatch: the global executor was used)")
 
-    # Helpers
-
-    def connect(self):
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                client = ControlClient(self.socket)
-                self.clients.append(client)
-                return client
-            except (OSError, VigilError):
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-
-    def wait_until(self, condition, what, timeout=20):
-        deadline = time.monotonic() + timeout
-        while not condition():
-            if time.monotonic() > deadline:
-                self.fail(f"timed out waiting for {what}\n{self.diagnostics()}")
-            time.sleep(0.05)
-
-    def diagnostics(self):
-        with open(f"{self.dir}/vigild.log") as log:
-            text = "vigild log:\n" + "".join(log.readlines()[-40:])
-        return text + "\napp records:\n" + "\n".join(json.dumps(r) for r in self.records()[-20:])
-
-    def push(self, client, kind, timeout=15, where=lambda message: True):
-        """The next blePush of `kind` (others before it are skipped)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            message = client.next_unsolicited(timeout=max(0.01, deadline - time.monotonic()))
-            if message is not None and message.type == "blePush" and message["kind"] == kind and where(message):
-                return message
-        self.fail(f"no {kind} push within {timeout} s\n{self.diagnostics()}")
-
-    def no_push(self, client, kind, within=1.0):
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            message = client.next_unsolicited(timeout=max(0.01, deadline - time.monotonic()))
-            if message is not None and message.type == "blePush" and message["kind"] == kind:
-                self.fail(f"unexpected {kind}: {message.header}")
-
+@unittest.skipIf(missing(), missing() or "")
+class BluetoothCentralTests(CentralRig):
     def heart_rate(self, bpm, rr=()):
         dbus = self.dbus
         return self.mock.control.NotifyHeartRate(self.hrm, dbus.UInt16(bpm), dbus.Array([dbus.UInt16(v) for v in rr], signature="q"))
@@ -211,13 +92,6 @@ class BluetoothCentralTests(unittest.TestCase):
         except (FileNotFoundError, json.JSONDecodeError):
             return False
         return any(s["path"]["characteristic"].startswith("00002a37") for s in central.get("subscriptions", []))
-
-    def records(self):
-        try:
-            with open(self.record) as file:
-                return [json.loads(line) for line in file if line.strip()]
-        except FileNotFoundError:
-            return []
 
     def state(self, app=APP):
         return next(a for a in self.control.apps() if a["id"] == app)["state"]
@@ -666,16 +540,9 @@ class BluetoothCentralTests(unittest.TestCase):
         self.wait_until(self.subscription_saved, "the subscription in the state file")
 
         # vigild stops (its BlueZ client and notify session go with it) and starts again.
-        for client in self.clients:
-            client.close()
-        self.clients = []
-        self.daemon.terminate()
-        self.daemon.wait(timeout=10)
+        self.stop_daemon()
         self.wait_until(lambda: not self.notifying(), "the old daemon's notify session to end")
-        self.daemon = subprocess.Popen(
-            [VIGILD, "--socket", self.socket, "--config", f"{self.dir}/vigild.toml"],
-            env=self.mock.env, stdout=self.daemon_log, stderr=self.daemon_log, stdin=subprocess.DEVNULL)
-        self.control = self.connect()
+        self.start_daemon()
         # The new daemon subscribes again by itself, from the state file. (This Python app exits when
         # its connection drops, unlike VigilKit's, which reconnects: the value relaunches it.)
         self.wait_until(self.notifying, "StartNotify from the restarted daemon")

@@ -10,18 +10,15 @@ serve`) or an app (clients/python/example_app.py, relaunched by requests).
 import asyncio
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_ble_daemon import EXAMPLE_APP, PYTHON, REPO, VIGILD, extra_threads, missing  # noqa: E402
-from vigil_client import ControlClient, VigilError  # noqa: E402
-import vigil  # noqa: E402  (clients/python, put on sys.path by test_ble_daemon)
+from ble_harness import EXAMPLE_APP, PYTHON, REPO, VIGILD, MockBlueZDaemonTest, missing  # noqa: E402,F401
+from vigil_client import VigilError  # noqa: E402
+import vigil  # noqa: E402  (clients/python, put on sys.path by ble_harness)
 
 HRS = "0000180d-0000-1000-8000-00805f9b34fb"
 MEASUREMENT = "00002a37-0000-1000-8000-00805f9b34fb"
@@ -37,69 +34,21 @@ SERVICE = {"uuid": "180d", "characteristics": [
 
 
 @unittest.skipIf(missing(), missing() or "")
-class BluetoothPeripheralTests(unittest.TestCase):
-    def setUp(self):
-        import dbus
-        from bluez_mock import MockBlueZ
+class BluetoothPeripheralTests(MockBlueZDaemonTest):
+    APP = APP
+    # RegisterApplication's callback to vigild and a remote central's requests time out as BlueZ's do.
+    mock_options = {"register_timeout": 3.0}
+    config_lines = "bluetooth-request-timeout = 10.0\n"
+    use_cgroups = False
 
-        self.dbus = dbus
-        self.mock = MockBlueZ(register_timeout=3.0)
-        self.mock.start()
-        self.mock.control.SetTimeouts(3.0, 25.0)  # RegisterApplication's callback; a central's request (as BlueZ's)
-        self.dir = tempfile.mkdtemp(prefix="vigil-blep-")
-        os.makedirs(f"{self.dir}/apps")
-        self.socket = f"{self.dir}/vigild.sock"
-        self.record = f"{self.dir}/app.jsonl"
-        with open(f"{self.dir}/vigild.toml", "w") as config:
-            config.write('manifest-dirs = ["apps"]\nstate-dir = "state"\nlog-dir = "logs"\nsuspension = "signal"\n'
-                         "bluetooth-request-timeout = 10.0\n"
-                         "[timings]\nsuspend-grace = 0.5\nwake-budget = 3.0\n")
-        with open(f"{self.dir}/apps/{APP}.toml", "w") as manifest:
-            manifest.write(
-                f'id = "{APP}"\n'
+    def prepare_mock(self):
+        self.mock.control.SetTimeouts(3.0, 25.0)
+
+    def manifest(self):
+        return (f'id = "{APP}"\n'
                 f'exec = ["{PYTHON}", "{EXAMPLE_APP}", "--record", "{self.record}", "--ble-serve", {json.dumps(json.dumps(SERVICE))}, '
                 '"--restore-id", "hrs"]\n'
                 'background-modes = ["bluetooth-peripheral"]\n')
-        self.daemon_log = open(f"{self.dir}/vigild.log", "w")
-        self.daemon = subprocess.Popen(
-            [VIGILD, "--socket", self.socket, "--config", f"{self.dir}/vigild.toml"],
-            env=self.mock.env, stdout=self.daemon_log, stderr=self.daemon_log, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                self.control = ControlClient(self.socket)
-                break
-            except (OSError, VigilError):
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        self.wait_until(lambda: self.control.request("ble.state")["state"] == "poweredOn", "Bluetooth powered on")
-
-    def tearDown(self):
-        self.control.close()
-        extra = extra_threads(self.daemon)
-        self.daemon.terminate()
-        try:
-            self.daemon.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.daemon.kill()
-            self.daemon.wait()
-        self.daemon_log.close()
-        self.mock.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
-        self.assertEqual(extra, [], "vigild threads other than its own (libdispatch: the global executor was used)")
-
-    def wait_until(self, condition, what, timeout=20):
-        deadline = time.monotonic() + timeout
-        while not condition():
-            if time.monotonic() > deadline:
-                self.fail(f"timed out waiting for {what}\n{self.diagnostics()}")
-            time.sleep(0.05)
-
-    def diagnostics(self):
-        with open(f"{self.dir}/vigild.log") as log:
-            text = "vigild log:\n" + "".join(log.readlines()[-40:])
-        return text + "\napp records:\n" + "\n".join(json.dumps(r) for r in self.records()[-20:])
 
     def application(self):
         """The one registered GATT application: {object path: {interface: props}}."""
@@ -127,13 +76,6 @@ class BluetoothPeripheralTests(unittest.TestCase):
         thread = threading.Thread(target=run)
         thread.start()
         return thread, result
-
-    def records(self):
-        try:
-            with open(self.record) as file:
-                return [json.loads(line) for line in file if line.strip()]
-        except FileNotFoundError:
-            return []
 
     # Tests
 
