@@ -82,10 +82,10 @@ struct MessageCodecTests {
         let object = try headerObject(MessageCodec.frame(AppReply(app: MessageSamples.notRunningApp)))
         let app = try #require(object["app"] as? [String: Any])
         for member in ["pid", "backgroundTimeRemaining", "lastDecision", "lastReason", "launchReason", "logPath",
-                       "nextRefresh", "refreshInterval"] {
+                       "journalIdentifier", "nextRefresh", "refreshInterval"] {
             #expect(app[member] is NSNull, "\(member) should be null")
         }
-        #expect(app.count == 21)
+        #expect(app.count == 22)
     }
 
     private func headerObject(_ frame: Frame) throws -> [String: Any] {
