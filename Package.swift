@@ -82,7 +82,7 @@ let package = Package(
             name: "VigilDaemon",
             dependencies: [
                 "VigilSystem", "VigilProtocol", "VigilLifecycle", "VigilAccessories", "VigilUdev", "VigilSerial",
-                "VigilBluetooth",
+                "VigilBluetooth", "VigilL2CAP", "VigilMQTT",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -169,6 +169,21 @@ let package = Package(
         // central role shared by every app (scans, links, subscriptions).
         .target(name: "VigilBluetooth", dependencies: ["VigilDBus", "VigilProtocol", "VigilSystem"], swiftSettings: strict),
 
+        // MQTT (docs/fleet.md): Eclipse Paho's C client (CPaho, libpaho-mqtt-dev)
+        // behind a typed connection, topic checks and the durable outbox (VigilMQTT).
+        .systemLibrary(name: "CPaho", providers: [.apt(["libpaho-mqtt-dev"])]),
+        .target(name: "VigilMQTT", dependencies: ["CPaho"], swiftSettings: strict),
+        .testTarget(name: "VigilMQTTTests", dependencies: ["VigilMQTT"], swiftSettings: strict),
+
+        // L2CAP connection-oriented channels: libbluetooth's socket headers only
+        // (CBluetooth: constants and structs, nothing linked) under a typed
+        // wrapper of AF_BLUETOOTH/BTPROTO_L2CAP sockets (VigilL2CAP).
+        .systemLibrary(name: "CBluetooth", providers: [.apt(["libbluetooth-dev"])]),
+        .target(
+            name: "VigilL2CAP",
+            dependencies: ["CBluetooth", "VigilSystem", .product(name: "SystemPackage", package: "swift-system")],
+            swiftSettings: strict),
+
         // Fuzz targets (scripts/fuzz; docs/reliability.md, "Fuzzing"): libFuzzer when
         // built with -sanitize=fuzzer -DFUZZING, a replay of saved inputs otherwise.
         .target(name: "CLibFuzzer", path: "Sources/Fuzz/CLibFuzzer"),
@@ -195,6 +210,7 @@ let package = Package(
             swiftSettings: strict
         ),
         .testTarget(name: "VigilBluetoothTests", dependencies: ["VigilBluetooth", "VigilDBus", "VigilProtocol", "VigilSystem"], swiftSettings: strict),
+        .testTarget(name: "VigilL2CAPTests", dependencies: ["VigilL2CAP", "VigilSystem"], swiftSettings: strict),
         .testTarget(name: "VigilDBusTests", dependencies: ["VigilDBus", "VigilSystem"], swiftSettings: strict),
         .testTarget(name: "HeartRateBridgeTests", dependencies: ["HeartRateBridge"], swiftSettings: strict),
         .testTarget(name: "SensorLoggerTests", dependencies: ["SensorLogger"], swiftSettings: strict),

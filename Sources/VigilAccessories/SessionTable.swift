@@ -61,6 +61,19 @@ public struct SessionTable: Sendable {
         return record
     }
 
+    /// Opens a session for a byte stream that is not an accessory's (an L2CAP
+    /// channel, whose daemon file keeps the rest): a record with connection id 0,
+    /// which no accessory has, and an identity that names the stream, so no
+    /// accessory's arrival ever reopens it.
+    public mutating func openStream(holder: SessionHolder, name: String) -> SessionRecord {
+        let record = SessionRecord(
+            id: nextID, holder: holder, connectionID: 0, identity: AccessoryIdentity(key: name),
+            sysPath: "", protocolString: name, lineSettings: "", reopen: false)
+        nextID += 1
+        sessions[record.id] = record
+        return record
+    }
+
     /// The id the next session gets: ids are never reused, across daemon
     /// restarts included (apps tell their sessions apart by id).
     public var nextSessionID: Int { nextID }

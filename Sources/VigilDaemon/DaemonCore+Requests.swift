@@ -114,6 +114,7 @@ extension DaemonCore {
             withEngine { engine, now in engine.acknowledge(app, upTo: ack.seq, now: now) }
             removeRetiredLogs(of: app)
             resumeReading(for: app)
+            drainHeldMQTT(for: app)
             metricsEndpoint?.metrics.acknowledged(by: app, now: now)
         case BeginBackgroundTask.type:
             let request: BeginBackgroundTask = try message.decode()
@@ -135,6 +136,7 @@ extension DaemonCore {
             send(BackgroundTimeRemaining(seconds: seconds), id: message.id, to: connection)
         default:
             if try handleRefreshRequest(message, app: app, connection: connection) { return }
+            if try handleMQTTRequest(message, app: app, connection: connection) { return }
             if try handleAccessoryRequest(message, holder: .app(app), connection: connection) { return }
             if try handleBluetoothRequest(message, client: .app(app), connection: connection) { return }
             throw ProtocolError(.unknownMessage, "unknown message type '\(message.type)' for an app", id: message.id)
@@ -194,12 +196,14 @@ extension DaemonCore {
     }
 
     func status() -> DaemonStatus {
-        DaemonStatus(
+        var status = DaemonStatus(
             daemon: Self.version, pid: getpid(), protocolVersion: ProtocolVersion.current, socket: socketPath,
             suspension: suspender.mechanism, suspensionDetail: suspender.detail, cgroupRoot: suspender.cgroupRoot,
             apps: engine.apps.count, manifestProblems: manifestProblems, timings: config.timings.asDictionary,
             uptime: Double((MonotonicInstant.now() - started).components.seconds), onStop: onStop.rawValue,
             portKeeper: portKeeperStatus, bluetooth: bluetoothHealth, udev: udevHealth)
+        status.mqtt = mqttHealth
+        return status
     }
 
     func appInfo(_ id: String) -> AppInfo? {

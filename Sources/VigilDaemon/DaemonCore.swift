@@ -63,9 +63,12 @@ actor DaemonCore {
     /// State changes reported by the engine, handled after its current call.
     var pendingStateChanges: [(app: String, from: AppState, to: AppState)] = []
     var accessoryState = AccessoryState(rules: [], bufferLimit: 0)
+    var l2capState = L2CAPState()
     /// The Bluetooth LE central role (nil when disabled by the config).
     var central: BluetoothCentral?
     var peripheral: BluetoothPeripheral?
+    /// The MQTT broker connection and outbox (nil without `[mqtt] broker`; `DaemonCore+MQTT`).
+    var mqtt: MQTTLink?
     /// A pending write of the state file; changes within it are written together.
     var saveTimer: TimerID?
     /// Set by the first stop signal (`VigilDaemonService`).
@@ -173,6 +176,7 @@ actor DaemonCore {
         connectPortKeeper()
         restoreSessions()
         startBluetooth(restoring: saved.bluetooth)
+        startMQTT()
         logger.notice("listening", metadata: [
             "socket": "\(socketPath)", "suspension": "\(suspender.mechanism.rawValue)", "detail": "\(suspender.detail)",
         ])
@@ -188,6 +192,7 @@ actor DaemonCore {
         listener?.close()
         listener = nil
         stopMetrics()
+        stopMQTT()
         if let engine {
             switch onStop {
             case .leave:
@@ -224,6 +229,7 @@ actor DaemonCore {
         }
         engine.updateManifests(result.manifests.merging(builtInManifests) { file, _ in file })
         logger.info("manifests loaded", metadata: ["apps": "\(engine.apps.keys.sorted())"])
+        updateMQTTSubscriptions()
     }
 
     /// Adopts the apps an earlier daemon left running (or frozen, or stopped),

@@ -16,6 +16,7 @@ final class ControlPushes: Sendable {
         var bluetooth: [Int: AsyncStream<CentralEvent>.Continuation] = [:]
         var peripheral: [Int: AsyncStream<PeripheralManagerEvent>.Continuation] = [:]
         var decisions: [Int: AsyncStream<DecisionRecord>.Continuation] = [:]
+        var l2cap: [Int: AsyncStream<ControlL2CAPChannel>.Continuation] = [:]
         var isClosed = false
     }
 
@@ -53,6 +54,7 @@ final class ControlPushes: Sendable {
             continuation.finish()
         case BluetoothPush.type:
             let push = try message.decode(BluetoothPush.self)
+            if push.kind == L2CAPEventKind.incoming { return incomingChannel(push) }
             // Kinds this version does not know are skipped. The peripheral role's
             // go to peripheral listeners, the adapter's state to both kinds of listener.
             if PeripheralEventContent.isPeripheralKind(push.kind) {
@@ -75,6 +77,21 @@ final class ControlPushes: Sendable {
     /// A Bluetooth listener: every `blePush` from now on, until the connection closes.
     func addBluetoothWatcher(_ continuation: AsyncStream<CentralEvent>.Continuation) {
         add(continuation, to: \.bluetooth)
+    }
+
+    /// A channel a central opened to a PSM this client published: its session
+    /// is registered before its first data is read, then listeners get it.
+    private func incomingChannel(_ push: BluetoothPush) {
+        guard let info = L2CAPChannelInfo(attributes: push.attributes) else { return }
+        let (output, continuation) = AsyncStream.makeStream(of: ControlSession.Output.self)
+        addSession(info.session, continuation)
+        let channel = ControlL2CAPChannel(info: info, output: output)
+        for listener in state.withLock({ Array($0.l2cap.values) }) { listener.yield(channel) }
+    }
+
+    /// An L2CAP listener: every incoming channel from now on, until the connection closes.
+    func addL2CAPListener(_ continuation: AsyncStream<ControlL2CAPChannel>.Continuation) {
+        add(continuation, to: \.l2cap)
     }
 
     /// A peripheral-role listener: every `ble.peripheral.*` and `ble.state`
@@ -126,6 +143,11 @@ final class ControlPushes: Sendable {
     }
 
     private func closeAll(_ reason: String) {
+        let l2cap = state.withLock { state in
+            defer { state.l2cap = [:] }
+            return Array(state.l2cap.values)
+        }
+        for listener in l2cap { listener.finish() }
         let (watchers, sessions, bluetooth, peripheral, decisions) = state.withLock { state in
             state.isClosed = true
             defer {

@@ -31,6 +31,8 @@ final class EventRouter: Sendable {
     private let main: AsyncStream<ApplicationEvent>.Continuation
     private let state = Locked(State())
     private let acknowledger = Locked<(@Sendable (UInt64) -> Void)?>(nil)
+    /// Channels of `ble.l2cap.incoming` events the app has not taken yet (L2CAPChannel.swift).
+    let incomingChannels = Locked<[Int: PendingL2CAPChannel]>([:])
 
     typealias SessionContinuation = AsyncStream<Delivery<AccessorySession.Event>>.Continuation
     typealias NotificationContinuation = AsyncStream<Delivery<AccessoryNotification>>.Continuation
@@ -160,6 +162,7 @@ final class EventRouter: Sendable {
     }
 
     func receive(_ event: AppEvent) {
+        noteIncomingChannel(event)
         // Unknown and malformed `ble.*` events go to `Application.events`, like any event this client cannot read.
         if PeripheralEventContent.isPeripheralKind(event.kind) {
             if let content = (try? PeripheralEventContent(kind: event.kind, attributes: event.attributes)) ?? nil {

@@ -28,6 +28,8 @@ public struct DaemonStatus: Message, Equatable {
     public var bluetooth: BluetoothHealth?
     /// Whether udev discovery and hot-plug work (absent from older daemons).
     public var udev: UdevHealth?
+    /// The MQTT broker connection (absent without `[mqtt] broker`).
+    public var mqtt: MQTTHealth?
 
     public init(
         daemon: String, pid: Int32, protocolVersion: Int, socket: String, suspension: SuspensionMechanism,

@@ -25,6 +25,8 @@ public enum BackgroundMode: String, Sendable, Codable, CaseIterable {
     case bluetoothPeripheral = "bluetooth-peripheral"
     /// Background refresh: woken now and then to pull a little data (`RefreshMessages`).
     case fetch = "fetch"
+    /// Push wakes: MQTT messages on the manifest's `mqtt-topics` (docs/fleet.md).
+    case remoteNotification = "remote-notification"
 
     /// The mode an app needs to be woken for an event of `kind` (nil: any app
     /// may be, e.g. `test`), so a test wake obeys the rule of the real source.
@@ -37,6 +39,8 @@ public enum BackgroundMode: String, Sendable, Codable, CaseIterable {
             self = .bluetoothCentral
         } else if kind == RefreshEventKind.refresh {
             self = .fetch
+        } else if kind.hasPrefix("mqtt.") {
+            self = .remoteNotification
         } else {
             return nil
         }

@@ -39,8 +39,9 @@ public final class UdevMonitor {
     ///     other devices' events do not even wake the loop.
     ///   - receiveBufferSize: enlarged from the default (~200 KB) because a
     ///     hub with many devices plugged at once overflows it (ENOBUFS, and
-    ///     the lost events are gone); needs CAP_NET_ADMIN to exceed
-    ///     rmem_max, else the kernel caps it silently.
+    ///     the lost events are gone). Past `net.core.rmem_max` it needs
+    ///     CAP_NET_ADMIN, which vigild.service's bounding set does not
+    ///     give: the buffer is then `rmem_max`'s (see `receiveBufferSize`).
     public init(
         udev: Udev,
         source: Source = .udev,
@@ -58,8 +59,13 @@ public final class UdevMonitor {
                     udev_monitor_filter_add_match_subsystem_devtype(handle, subsystem, nil)
                 }
             }
-            try checkUdev("udev_monitor_set_receive_buffer_size") {
-                udev_monitor_set_receive_buffer_size(handle, Int32(clamping: receiveBufferSize))
+            // libudev sets SO_RCVBUF (the kernel caps it at rmem_max), then,
+            // if that fell short, SO_RCVBUFFORCE, which fails with EPERM
+            // without CAP_NET_ADMIN: the capped buffer stays, and will do.
+            // (Treating EPERM as fatal disabled accessories under the unit.)
+            let resized = udev_monitor_set_receive_buffer_size(handle, Int32(clamping: receiveBufferSize))
+            if resized < 0 && -resized != EPERM {
+                throw SystemError(Errno(rawValue: -resized), "udev_monitor_set_receive_buffer_size")
             }
             try checkUdev("udev_monitor_enable_receiving") { udev_monitor_enable_receiving(handle) }
             let fd = udev_monitor_get_fd(handle)

@@ -82,6 +82,14 @@ struct StatusReport {
         ]
         if let bluetooth = status.bluetooth { table.rows.append(["bluetooth", "\(bluetooth.condition.words): \(bluetooth.detail)"]) }
         if let udev = status.udev { table.rows.append(["udev", "\(udev.condition.words): \(udev.detail)"]) }
+        if let mqtt = status.mqtt {
+            let link = mqtt.connected ? "connected to \(mqtt.broker)" : "not connected to \(mqtt.broker) (\(mqtt.detail))"
+            table.rows.append([
+                "mqtt",
+                "\(link); outbox \(mqtt.outbox) (\(mqtt.outboxBytes) B), held \(mqtt.held); since start: received \(mqtt.received), "
+                    + "published \(mqtt.published), refused \(mqtt.refused), unrouted \(mqtt.unrouted)",
+            ])
+        }
         var text = table.text
         if !status.manifestProblems.isEmpty {
             text += "\nmanifest problems:\n" + status.manifestProblems.map { "  \($0)" }.joined(separator: "\n")

@@ -170,6 +170,9 @@ private func object(_ line: OutputLine) throws -> [String: Any] {
         want.restoreIdentifier = "lab"
         #expect(BridgeOptions.parse(["--address", "c0:de:00:00:00:01", "--output", "/tmp/hr.jsonl", "--restore-id", "lab"]) == .run(want))
         #expect(BridgeOptions.parse(["--address=C0-DE-00-00-00-01", "--output=/tmp/hr.jsonl", "--restore-id=lab"]) == .run(want))
+        want.mqttTopic = "fleet/gw17/heart-rate"
+        #expect(BridgeOptions.parse(["--address", "c0:de:00:00:00:01", "--output", "/tmp/hr.jsonl", "--restore-id", "lab",
+                                     "--mqtt", "fleet/gw17/heart-rate"]) == .run(want))
     }
 
     @Test func mistakes() {
@@ -179,5 +182,8 @@ private func object(_ line: OutputLine) throws -> [String: Any] {
         #expect(BridgeOptions.parse(["--adress", "x"]) == .failure("unknown argument '--adress'"))
         #expect(BridgeOptions.parse(["--address", "C0:DE:00:00:00"])
             == .failure("--address 'C0:DE:00:00:00' is not a Bluetooth address (AA:BB:CC:DD:EE:FF)"))
+        #expect(BridgeOptions.parse(["--mqtt", "fleet/+/hr"])
+            == .failure("--mqtt 'fleet/+/hr' is a topic filter: name one topic, without + or #"))
+        #expect(BridgeOptions.parse(["--mqtt"]) == .failure("--mqtt needs a value"))
     }
 }

@@ -150,7 +150,8 @@ def json_lines(path: str, kind: str | None = None) -> list[dict]:
 
 class Daemon:
     """vigild with a config and manifests in /tmp, its own cgroup root, and
-    example_app.py manifests.  apps: {id: {"declares": [...], "args": [...],
+    example_app.py manifests.  apps: {id: {"declares": [...], "args": [...], "exec": [...] (default
+    example_app.py; "--record FILE" follows it),
     "modes": [...] (default ["external-accessory"])}}."""
 
     def __init__(self, name: str, apps: dict[str, dict[str, Any]], config: str = "",
@@ -168,7 +169,7 @@ class Daemon:
         self.records: dict[str, str] = {}
         for app, spec in apps.items():
             self.records[app] = f"{self.dir}/{app}.jsonl"
-            exec_ = [APP_PYTHON, EXAMPLE_APP, "--record", self.records[app], *spec.get("args", [])]
+            exec_ = [*spec.get("exec", [APP_PYTHON, EXAMPLE_APP]), "--record", self.records[app], *spec.get("args", [])]
             with open(f"{self.dir}/apps/{app}.toml", "w") as f:
                 f.write(f'id = "{app}"\n'
                         f"exec = {json.dumps(exec_)}\n"

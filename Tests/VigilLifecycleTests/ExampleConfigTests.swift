@@ -41,11 +41,13 @@ struct ExampleConfigTests {
     @Test func everyKeyIsInTheExampleAndTheReference() throws {
         let example = try text(example)
         let reference = try text(reference)
-        let keys = DaemonConfig.knownFields.subtracting(["timings", "accessory"])
-            .union(DaemonConfig.knownTimings)
+        let keys = DaemonConfig.knownFields.subtracting(["timings", "accessory", "mqtt"])
+            .union(DaemonConfig.knownTimings).union(MQTTSettings.knownKeys)
         for key in keys.sorted() {
             #expect(example.contains("#\(key) = ") || example.contains("# e.g. \(key) = "), "dist/vigild.toml lacks \(key)")
-            #expect(reference.contains("`\(key)`") || reference.contains("`timings.\(key)`"), "docs/configuration.md lacks \(key)")
+            #expect(
+                reference.contains("`\(key)`") || reference.contains("`timings.\(key)`") || reference.contains("`mqtt.\(key)`"),
+                "docs/configuration.md lacks \(key)")
         }
         for key in AccessoryRule.knownFields.sorted() {
             #expect(reference.contains("`\(key)`"), "docs/configuration.md lacks accessory key \(key)")

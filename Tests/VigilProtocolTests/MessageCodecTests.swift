@@ -68,7 +68,7 @@ struct MessageCodecTests {
     func coverage() {
         let documented: Set = [
             "hello", "welcome", "reply", "error", "beginBackgroundTask", "endBackgroundTask", "finishedProcessing",
-            "refresh.schedule", "refresh.cancel", "refresh.complete",
+            "refresh.schedule", "refresh.cancel", "refresh.complete", "mqtt.publish",
             "backgroundTimeRemaining", "ack", "lifecycle", "event", "backgroundTaskExpiring", "deadline",
             "status", "apps", "appAction", "wake", "log", "reload",
             "accessories", "registerForAccessoryNotifications", "openSession", "write", "closeSession",

@@ -49,6 +49,9 @@ enum MessageSamples {
         RefreshScheduled(next: 30.5, interval: 900),
         CancelRefresh(),
         CompleteRefresh(result: .noData),
+        MQTTPublish(topic: "fleet/gw1/data"),
+        MQTTPublish(topic: "fleet/gw1/data", qos: 1),
+        MQTTPublishQueued(seq: 1_795_663_204_665_885, queued: 3, connected: false),
         QueryBackgroundTime(),
         BackgroundTimeRemaining(seconds: 42.5),
         BackgroundTimeRemaining(seconds: nil),
@@ -68,6 +71,15 @@ enum MessageSamples {
             cgroupRoot: "/sys/fs/cgroup/vigil", apps: 2, manifestProblems: [problem],
             timings: ["suspend-grace": 5, "wake-budget": 10], uptime: 3.25
         ),
+        {
+            var status = DaemonStatus(
+                daemon: "vigild/0.1.0", pid: 1, protocolVersion: 1, socket: "/run/vigil/vigild.sock", suspension: .signals,
+                suspensionDetail: "chosen", cgroupRoot: nil, apps: 0, manifestProblems: [], timings: [:], uptime: 1)
+            status.mqtt = MQTTHealth(
+                broker: "mqtts://broker.example.net:8883", connected: false, detail: "cannot connect", outbox: 2,
+                outboxBytes: 40, held: 1, received: 5, published: 7, refused: 1, unrouted: 0)
+            return status
+        }(),
         ListApps(),
         AppList(apps: [app, notRunningApp]),
         AppActionRequest(action: .terminate, app: "org.example.logger"),

@@ -57,6 +57,32 @@ struct CgroupTests {
         }
     }
 
+    /// The daemon keeps each app's `cgroup.freeze` open (`FreezerFile`): one
+    /// fd must freeze and thaw any number of times, and fail once the group
+    /// is gone (the daemon then reopens it), never write into nothing.
+    @Test func aFreezerFileHeldOpenFreezesAndThawsAgainAndAgain() async throws {
+        try await TestCgroups.withBase { base in
+            let app = try Cgroup.create(base.child("app").path)
+            let process = try ProcessSpawner.spawn(SpawnRequest(executable: "sleep", arguments: ["300"], cgroup: app))
+            defer { close(process.pidfd) }
+            let freezer = try FreezerFile(app)
+            for _ in 0..<3 {
+                try freezer.set(frozen: true)
+                #expect(try app.waitUntil(frozen: true, timeout: .seconds(5)))
+                try freezer.set(frozen: false)
+                #expect(try app.waitUntil(frozen: false, timeout: .seconds(5)))
+            }
+            try app.kill()
+            #expect(waitForExit(process))
+            _ = try ProcessControl.reap(process)
+            #expect(try app.waitUntil(populated: false, timeout: .seconds(5)))
+            try app.remove()
+            #expect(throws: SystemError.self) { try freezer.set(frozen: true) }
+            freezer.close()
+            #expect(throws: SystemError.self) { try freezer.set(frozen: false) }
+        }
+    }
+
     @Test func killEndsGrandchildrenToo() async throws {
         try await TestCgroups.withBase { base in
             let app = try Cgroup.create(base.child("app").path)

@@ -10,13 +10,19 @@ actor Bridge {
     let output: Output
     /// `--republish`: each measurement's value goes out again on our own 0x2A37.
     let republisher: Republisher?
+    /// `--mqtt`: each measurement line also goes to the broker through vigild.
+    let export: MeasurementExport?
     private(set) var planner: BridgePlanner
     private var retryScheduled = false
 
     /// Seconds before a failed scan, connect or GATT set-up is tried again.
     static let retryDelay = 5.0
 
-    init(app: Application, central: CentralManager, output: Output, options: BridgeOptions, republisher: Republisher? = nil) {
+    init(
+        app: Application, central: CentralManager, output: Output, options: BridgeOptions,
+        republisher: Republisher? = nil, export: MeasurementExport? = nil
+    ) {
+        self.export = export
         self.app = app
         self.central = central
         self.output = output
@@ -38,7 +44,9 @@ actor Bridge {
         for action in actions {
             switch action {
             case let .write(record):
-                output.write(OutputLine(record))
+                let line = OutputLine(record)
+                output.write(line)
+                await export?.send(line)
                 if case let .measurement(_, _, raw) = record {
                     await republisher?.publish(raw)  // byte for byte as the monitor sent it
                 }

@@ -18,12 +18,17 @@ struct BridgeOptions: Sendable, Equatable {
     /// `--location N`: the Body Sensor Location (0x2A38) the republished
     /// service answers, a fixed value (default 1, chest).
     var location = BodySensorLocation.chest
+    /// `--mqtt TOPIC`: also publish each measurement line to TOPIC through
+    /// vigild's broker connection (store-and-forward: kept on the gateway
+    /// while the broker is unreachable). The manifest needs nothing more;
+    /// vigild's config names the broker (docs/fleet.md).
+    var mqttTopic: String?
 
     static let defaultRestoreIdentifier = "org.vigil.example.hrm-bridge"
 
     static let usage = """
         usage: vigil-hrm-bridge [--address ADDR | --serial-protocol PROTO] [--republish [--location N]]
-                                [--output FILE] [--restore-id ID]
+                                [--output FILE] [--restore-id ID] [--mqtt TOPIC]
 
         Bridges a Bluetooth LE heart-rate monitor (Heart Rate Service 0x180D), or
         a serial heart-rate sensor, to JSON lines: one per measurement, plus
@@ -45,6 +50,9 @@ struct BridgeOptions: Sendable, Equatable {
           --location N            Body Sensor Location published in 0x2A38, 0-255
                                   (default 1, chest)
           --output FILE           append JSON lines to FILE (default: standard output)
+          --mqtt TOPIC            also publish each measurement line to TOPIC through
+                                  vigild's MQTT broker connection (kept on the
+                                  gateway while the broker is unreachable)
           --restore-id ID         restore identifier of the central and peripheral
                                   managers (default: \(defaultRestoreIdentifier))
           -h, --help              show this
@@ -72,7 +80,7 @@ struct BridgeOptions: Sendable, Equatable {
                 name = String(argument[..<equals])
                 inline = String(argument[argument.index(after: equals)...])
             }
-            guard ["--address", "--output", "--restore-id", "--serial-protocol", "--location"].contains(name) else {
+            guard ["--address", "--output", "--restore-id", "--serial-protocol", "--location", "--mqtt"].contains(name) else {
                 return .failure("unknown argument '\(argument)'")
             }
             guard let value = inline ?? rest.popFirst(), !value.isEmpty else {
@@ -86,6 +94,11 @@ struct BridgeOptions: Sendable, Equatable {
                 options.address = address
             case "--output": options.output = value
             case "--serial-protocol": options.serialProtocol = value
+            case "--mqtt":
+                guard !value.contains("+"), !value.contains("#") else {
+                    return .failure("--mqtt '\(value)' is a topic filter: name one topic, without + or #")
+                }
+                options.mqttTopic = value
             case "--location":
                 guard value.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }), let byte = UInt8(value) else {
                     return .failure("--location '\(value)' is not 0-255")

@@ -60,13 +60,14 @@ enum HeartRateBridgeApp {
         let launch = await app.beginBackgroundTask(name: "launch")
         // The peripheral manager first: its events (and a restored state) wait for it.
         let republisher: Republisher? = options.republish ? await makeRepublisher(app, options, output) : nil
+        let export = options.mqttTopic.map { MeasurementExport(app: app, topic: $0, output: output) }
         if let serialProtocol = options.serialProtocol {
-            await runSerial(app, serialProtocol, output, republisher, launch: launch)
+            await runSerial(app, serialProtocol, output, republisher, export, launch: launch)
         }
         followLifecycle(app, output, serial: nil)
         let central = await makeCentral(app, options, output)
         await app.endBackgroundTask(launch)
-        let bridge = Bridge(app: app, central: central, output: output, options: options, republisher: republisher)
+        let bridge = Bridge(app: app, central: central, output: output, options: options, republisher: republisher, export: export)
         await republisher?.setEnergyReset { try await bridge.resetEnergyExpended() }
         Task {
             try? await Task.sleep(for: restoreGrace)
@@ -85,9 +86,10 @@ enum HeartRateBridgeApp {
 
     /// `--serial-protocol`: sessions with the sensor instead of a central manager.
     private static func runSerial(
-        _ app: Application, _ protocolString: String, _ output: Output, _ republisher: Republisher?, launch: BackgroundTaskIdentifier
+        _ app: Application, _ protocolString: String, _ output: Output, _ republisher: Republisher?,
+        _ export: MeasurementExport?, launch: BackgroundTaskIdentifier
     ) async -> Never {
-        let source = SerialSource(app: app, protocolString: protocolString, output: output, republisher: republisher)
+        let source = SerialSource(app: app, protocolString: protocolString, output: output, republisher: republisher, export: export)
         await republisher?.setEnergyReset { await source.resetEnergy() }
         followLifecycle(app, output, serial: source)
         do {

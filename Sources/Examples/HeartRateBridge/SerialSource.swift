@@ -9,6 +9,8 @@ actor SerialSource {
     let protocolString: String
     let output: Output
     let republisher: Republisher?
+    /// `--mqtt`: each measurement line also goes to the broker through vigild.
+    let export: MeasurementExport?
     /// The accessory followed (its identity), while it has a session.
     private var held: String?
     /// The unfinished line of each session (ours, or an earlier process's redelivered one).
@@ -16,7 +18,8 @@ actor SerialSource {
     private var sources: [Int: String] = [:]
     private var energy = EnergyOffset()
 
-    init(app: Application, protocolString: String, output: Output, republisher: Republisher?) {
+    init(app: Application, protocolString: String, output: Output, republisher: Republisher?, export: MeasurementExport? = nil) {
+        self.export = export
         self.app = app
         self.protocolString = protocolString
         self.output = output
@@ -137,7 +140,9 @@ actor SerialSource {
                 case let .measurement(measurement):
                     let published = energy.apply(measurement)
                     let value = published.bytes
-                    output.write(OutputLine(.measurement(address: source, measurement: published, raw: value)))
+                    let measurementLine = OutputLine(.measurement(address: source, measurement: published, raw: value))
+                    output.write(measurementLine)
+                    await export?.send(measurementLine)
                     await republisher?.publish(value)
                 }
             }

@@ -24,6 +24,8 @@ struct Ingest: Sendable {
     let stats: StatsFile
     /// `LoggerConfiguration.crashAfterBatch`.
     var crashAfterBatch: Int?
+    /// `LoggerConfiguration.mqttTopic`.
+    var mqttTopic: String?
 
     /// Malformed lines logged one by one per batch; the rest are counted.
     static let malformedLogLimit = 3
@@ -65,12 +67,38 @@ struct Ingest: Sendable {
             if let last = lines.records.last { stats.lastSeq = last.seq }
         }
         say(Self.summary(lines, committed, redelivered: redelivered))
+        if let mqttTopic, !lines.records.isEmpty {
+            await export(lines.records, of: stream, to: mqttTopic)
+        }
         let counts = stats.current
         if let crashAfterBatch, counts.batches == crashAfterBatch, counts.redeliveredBatches == 0 {
             say("crashing after batch \(crashAfterBatch), before acknowledging it (VIGIL_LOGGER_CRASH_AFTER_BATCH)")
             abort()
         }
         await app.endBackgroundTask(task)
+    }
+
+    /// One message per batch, published before the chunk is acknowledged: a
+    /// crash after the commit redelivers the chunk and publishes it again, so
+    /// a subscriber sees every record at least once and deduplicates by
+    /// (`accessory`, `seq`), as with any QoS 1 stream.
+    private func export(_ records: [SensorRecord], of stream: StreamState, to topic: String) async {
+        struct Message: Encodable {
+            struct Record: Encodable { var seq: Int64; var deviceTime: Double; var value: Double }
+            var accessory: String
+            var session: Int
+            var records: [Record]
+        }
+        let message = Message(
+            accessory: stream.accessorySerial, session: stream.session,
+            records: records.map { Message.Record(seq: $0.seq, deviceTime: $0.deviceTime, value: $0.value) })
+        do {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = .sortedKeys
+            try await app.publish(Array(try encoder.encode(message)), toTopic: topic)
+        } catch {
+            say("cannot publish \(records.count) record(s) to \(topic): \(error)")
+        }
     }
 
     /// "stored 12 records (seq 40-51), 0 malformed".

@@ -17,14 +17,22 @@ struct LoggerConfiguration: Sendable {
     /// the Nth batch, before acknowledging it, unless this process was handed
     /// redelivered data (so the relaunched process does not crash again).
     var crashAfterBatch: Int?
+    /// `--mqtt TOPIC` or `VIGIL_LOGGER_MQTT_TOPIC`: also publish each batch's
+    /// records to TOPIC through vigild's broker connection (store-and-forward,
+    /// docs/fleet.md), as one JSON message per batch.
+    var mqttTopic: String?
 
-    init(environment: [String: String] = ProcessInfo.processInfo.environment) {
+    init(environment: [String: String] = ProcessInfo.processInfo.environment, arguments: [String] = CommandLine.arguments) {
         func value(_ name: String) -> String? { environment[name].flatMap { $0.isEmpty ? nil : $0 } }
         protocolString = value("VIGIL_LOGGER_PROTOCOL") ?? "org.vigil.sensor"
         databasePath = value("VIGIL_LOGGER_DB") ?? Self.defaultDatabasePath(environment)
         statsPath = value("VIGIL_LOGGER_STATS")
         lineSettings = value("VIGIL_LOGGER_LINE_SETTINGS")
         crashAfterBatch = value("VIGIL_LOGGER_CRASH_AFTER_BATCH").flatMap(Int.init)
+        mqttTopic = value("VIGIL_LOGGER_MQTT_TOPIC")
+        if let flag = arguments.firstIndex(of: "--mqtt"), flag + 1 < arguments.count, !arguments[flag + 1].isEmpty {
+            mqttTopic = arguments[flag + 1]
+        }
     }
 
     static func defaultDatabasePath(_ environment: [String: String]) -> String {

@@ -28,7 +28,8 @@ struct SensorLoggerApp {
             + "protocol \(configuration.protocolString), database \(configuration.databasePath)")
 
         let stats = StatsFile(path: configuration.statsPath)
-        let ingest = Ingest(app: app, store: store, stats: stats, crashAfterBatch: configuration.crashAfterBatch)
+        let ingest = Ingest(
+            app: app, store: store, stats: stats, crashAfterBatch: configuration.crashAfterBatch, mqttTopic: configuration.mqttTopic)
         let attachments = Attachments(app: app, configuration: configuration, ingest: ingest)
         stats.update { _ in }
 

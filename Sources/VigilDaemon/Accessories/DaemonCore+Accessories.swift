@@ -188,7 +188,7 @@ extension DaemonCore {
         if new == .suspended { wakeIfHeldBack(app) }
         guard let manifest = engine.apps[app]?.manifest, !manifest.backgroundModes.contains(.externalAccessory) else { return }
         if old.isForeground && !new.isForeground {
-            for session in accessoryState.sessions.sessions(heldBy: .app(app)) {
+            for session in accessoryState.sessions.sessions(heldBy: .app(app)) where !isChannel(session.id) {
                 endSession(session.id, reason: "the app left the foreground without the external-accessory background mode", keepForReopen: false)
             }
             if new != .notRunning, accessoryState.registeredApps.contains(app) {

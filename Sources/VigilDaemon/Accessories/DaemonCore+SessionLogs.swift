@@ -82,7 +82,7 @@ extension DaemonCore {
                         "session": .number(Double(session)), "log": .string(open.log.path),
                         "offset": .number(Double(open.announced)), "length": .number(Double(length)),
                     ],
-                    wakeMode: .externalAccessory, stream: "session.data/\(session)")
+                    wakeMode: sessionWakeMode(session), stream: "session.data/\(session)")
                 do {
                     _ = try withEngine { engine, now throws(ProtocolError) in try engine.deliver(event, to: app, canBeHeldBack: true, now: now) }
                 } catch {

@@ -62,6 +62,7 @@ extension DaemonCore {
     }
 
     func closePort(_ session: Int) {
+        closeChannelSocket(session)  // an L2CAP channel's session
         guard let port = accessoryState.ports.removeValue(forKey: session) else { return }
         if let watch = port.watch { loop.removeWatch(watch) }
         releaseKeptPort(session)
@@ -164,7 +165,9 @@ extension DaemonCore {
             if record.reopen {
                 logger.info("session \(id) of \(record.holder) re-established after a daemon restart; it reopens when the accessory returns")
             } else {
-                endSession(id, reason: "the accessory was gone when vigild restarted", keepForReopen: false)
+                let gone = record.protocolString.hasPrefix("l2cap:")
+                    ? "an L2CAP channel does not outlive vigild, which restarted" : "the accessory was gone when vigild restarted"
+                endSession(id, reason: gone, keepForReopen: false)
             }
         }
         releaseUnclaimedKeptPorts()
@@ -314,6 +317,7 @@ extension DaemonCore {
             try? loop.updateWatch(watch, for: port.wantsWritable ? [.readable, .writable] : .readable)
             readPort(record.id, port)
         }
+        resumeChannels(for: app)
     }
 
     /// An app suspended while one of its sessions holds data back would never
@@ -326,7 +330,7 @@ extension DaemonCore {
     func wakeIfHeldBack(_ app: String) {
         for record in accessoryState.sessions.sessions(heldBy: .app(app)) {
             guard let open = accessoryState.logs[record.id] else { continue }
-            let paused = accessoryState.ports[record.id]?.readingPaused ?? false
+            let paused = accessoryState.ports[record.id]?.readingPaused ?? channelReadingPaused(record.id)
             guard paused || open.log.written > open.announced else { continue }
             if open.acknowledgedAtHeldBackWake == open.log.acknowledged {
                 logger.warning("session \(record.id): \(app) acknowledged nothing during its last window; not woken again until other work arrives", metadata: ["app": "\(app)"])
@@ -371,6 +375,7 @@ extension DaemonCore {
         guard let record = accessoryState.sessions.sessions[session], record.holder == holder else {
             throw ProtocolError(.invalidArgument, "no session \(session) is held by this client")
         }
+        if isChannel(session) { return try writeChannel(bytes, session: session, requestID: requestID, from: connection) }
         guard let port = accessoryState.ports[session] else {
             throw ProtocolError(.invalidState, "session \(session) is waiting for its accessory to return")
         }
@@ -417,8 +422,9 @@ extension DaemonCore {
         let baseline = port?.baseline
         return SessionInfo(
             session: id, connectionID: record.connectionID, protocol: record.protocolString, holder: "\(record.holder)",
-            lineSettings: record.lineSettings, bytesIn: port?.bytesIn ?? 0, bytesOut: port?.bytesOut ?? 0,
-            bufferedBytes: buffered, readingPaused: port?.readingPaused ?? false,
+            lineSettings: record.lineSettings, bytesIn: port?.bytesIn ?? l2capState.channels[id]?.bytesIn ?? 0,
+            bytesOut: port?.bytesOut ?? l2capState.channels[id]?.bytesOut ?? 0,
+            bufferedBytes: buffered, readingPaused: port?.readingPaused ?? channelReadingPaused(id),
             overruns: (counters?.overrun ?? 0) - (baseline?.overrun ?? 0) + (counters?.bufferOverrun ?? 0) - (baseline?.bufferOverrun ?? 0),
             parityErrors: (counters?.parity ?? 0) - (baseline?.parity ?? 0),
             frameErrors: (counters?.frame ?? 0) - (baseline?.frame ?? 0))

@@ -82,6 +82,9 @@ extension DaemonCore {
             if let connection = connections[connectionID] {
                 send(BluetoothPush(kind: kind, attributes: attributes), body: body, to: connection)
             }
+            if kind == BluetoothEventKind.connected, case let .string(address)? = attributes["peripheral"] {
+                l2capLinkConnected(address, client: client)
+            }
         case let .app(app):
             let event = QueuedEvent(kind: kind, attributes: attributes, payload: body, wakeMode: mode)
             do {
@@ -89,6 +92,9 @@ extension DaemonCore {
             } catch {
                 // Counted, logged and reported to the app as an overflow by the engine.
                 logger.warning("bluetooth: '\(kind)' for \(app) not queued: \(error)", metadata: ["app": "\(app)"])
+            }
+            if kind == BluetoothEventKind.connected, case let .string(address)? = attributes["peripheral"] {
+                l2capLinkConnected(address, client: client)  // after the app's ble.connected
             }
         }
     }
@@ -99,6 +105,7 @@ extension DaemonCore {
         guard let central else { return }
         let keep = !(engine.apps[app]?.forceQuit ?? true)
         central.assumeIsolated { $0.clientEnded(.app(app), keep: keep) }
+        if !keep { l2capClientEnded(.app(app)) }
         if let peripheral { loop.task { await peripheral.clientEnded(.app(app), keep: keep) } }
     }
 
@@ -112,6 +119,7 @@ extension DaemonCore {
     }
 
     func bluetoothControlClosed(_ connectionID: Int) {
+        l2capClientEnded(.control(connectionID))
         central?.assumeIsolated { $0.clientEnded(.control(connectionID), keep: false) }
         if let peripheral { loop.task { await peripheral.clientEnded(.control(connectionID), keep: false) } }
     }

@@ -24,13 +24,41 @@ final class CgroupSuspender: Suspender {
     func prepareSpawn(for app: String) throws -> Cgroup? {
         let group = try Cgroup.create(cgroup(of: app).path)
         // A previous process may have left the group frozen (daemon crash).
-        try group.thaw()
+        try setFrozen(app, false)
         return group
     }
 
-    func freeze(_ app: String, pid: Int32) throws { try cgroup(of: app).freeze() }
-    func thaw(_ app: String, pid: Int32) throws { try cgroup(of: app).thaw() }
-    func kill(_ app: String, pid: Int32) throws { try cgroup(of: app).kill() }
+    func freeze(_ app: String, pid: Int32) throws { try setFrozen(app, true) }
+    func thaw(_ app: String, pid: Int32) throws { try setFrozen(app, false) }
+
+    /// Ends the app's processes; its `cgroup.freeze` is closed (the app is
+    /// ending: this is called at its exit and when the engine ends it).
+    func kill(_ app: String, pid: Int32) throws {
+        freezers.removeValue(forKey: app)?.close()
+        try cgroup(of: app).kill()
+    }
+
+    /// Each app's `cgroup.freeze`, open while the app lives (opened at its
+    /// spawn, or at the first freeze or thaw of an adopted app; closed when it
+    /// is killed or ends): a wake is then two pwrite(2)s, not two opens,
+    /// writes and closes. One fd per app, beside its socket and pidfd (vigild
+    /// raises its open-file limit at start).
+    private var freezers: [String: FreezerFile] = [:]
+
+    private func setFrozen(_ app: String, _ frozen: Bool) throws {
+        if let file = freezers[app] {
+            do {
+                return try file.set(frozen: frozen)
+            } catch {
+                // The group was removed and made again behind our back (ENODEV): reopen once.
+                file.close()
+                freezers[app] = nil
+            }
+        }
+        let file = try FreezerFile(cgroup(of: app))
+        try file.set(frozen: frozen)
+        freezers[app] = file
+    }
 
     func app(owning pid: Int32, running: [String: Int32]) -> String? {
         guard let path = try? Cgroup.ofProcess(pid), path.hasPrefix(relativeRoot + "/") else { return nil }
@@ -70,6 +98,7 @@ final class CgroupSuspender: Suspender {
     }
 
     func ended(_ app: String) {
+        freezers.removeValue(forKey: app)?.close()
         let group = cgroup(of: app)
         guard group.exists else { return }
         _ = try? group.waitUntil(populated: false, timeout: .seconds(2))

@@ -107,6 +107,8 @@ public struct DaemonConfig: Sendable, Equatable {
     /// Unix socket at this path, and/or this TCP port on 127.0.0.1.
     public var metricsSocket: String?
     public var metricsPort: Int?
+    /// `[mqtt]`: the broker connection (`MQTTSettings`), off without `broker`.
+    public var mqtt = MQTTSettings()
 
     /// Defaults for the system daemon or for a per-user daemon.
     public init(system: Bool, environment: [String: String] = ProcessInfo.processInfo.environment) {
@@ -130,7 +132,7 @@ public struct DaemonConfig: Sendable, Equatable {
         "socket", "manifest-dirs", "state-dir", "log-dir", "cgroup-root", "suspension", "on-stop", "event-queue-limit",
         "decision-log-size", "timings", "accessory", "session-buffer-limit", "bluetooth",
         "bluetooth-request-timeout", "durability", "control-group", "monitor-group", "app-output", "app-log-size",
-        "metrics-socket", "metrics-port",
+        "metrics-socket", "metrics-port", "mqtt",
     ]
     static let knownTimings: Set<String> = [
         "suspend-grace", "wake-budget", "background-time-limit", "expiration-warning", "exit-grace",
@@ -218,6 +220,9 @@ public struct DaemonConfig: Sendable, Equatable {
         var rules: [AccessoryRule] = []
         for rule in try fields.tableArray("accessory") { rules.append(try AccessoryRule.parse(rule)) }
         config.accessoryRules = rules.isEmpty ? defaults.accessoryRules : rules
+        if let mqtt = try fields.subtable("mqtt") {
+            config.mqtt = try MQTTSettings.parse(mqtt, defaults: defaults.mqtt, resolve: resolve)
+        }
         if let timings = try fields.subtable("timings") {
             try timings.rejectUnknownKeys(allowed: knownTimings)
             var t = defaults.timings

@@ -21,20 +21,26 @@ extension LifecycleEngine {
     ///   the drop is logged, and the app is told with an `overflow` event.
     @discardableResult
     public func deliver(_ event: QueuedEvent, to id: String, canBeHeldBack: Bool = false, now: UInt64) throws(ProtocolError) -> (seq: UInt64, disposition: Disposition) {
-        var app = try record(id)
-        guard let seq = app.queue.append(event) else {
+        // In place: appending to a copy of the record would copy its queue too.
+        guard let appended = withRecord(id, { app -> QueuedEvent? in
+            app.queue.append(event) == nil ? nil : app.queue.events.last
+        }) else { throw ProtocolError(.unknownApp, "no app with id '\(id)'") }
+        guard let stored = appended else {
             if canBeHeldBack {
                 throw ProtocolError(.queueFull, "the event queue of \(id) is full (\(queueLimit) unacknowledged events)")
             }
-            app.queue.countDrop(kind: event.kind)
-            store(id, app)
-            decide(id, .drop, "event queue full (\(queueLimit)): dropped a '\(event.kind)' event (\(app.queue.totalDropped) in total); the app will get an overflow event")
+            var dropped = 0
+            update(id) {
+                $0.queue.countDrop(kind: event.kind)
+                dropped = $0.queue.totalDropped
+            }
+            decide(id, .drop, "event queue full (\(queueLimit)): dropped a '\(event.kind)' event (\(dropped) in total); the app will get an overflow event")
             throw ProtocolError(.queueFull, "the event queue of \(id) is full; the event was dropped and will be reported to the app")
         }
-        store(id, app)
-        let stored = app.queue.events.last!
+        noteChanged(id)
+        let seq = stored.seq
         let disposition = route(stored, to: id, now: now)
-        if disposition == .delivered, apps[id]?.queue.unsent.contains(where: { $0.seq == seq }) == true {
+        if disposition == .delivered, withRecord(id, { $0.queue.unsent.contains(where: { $0.seq == seq }) }) == true {
             return (seq, .queued)  // not connected yet, or waiting behind an earlier event
         }
         return (seq, disposition)
@@ -49,17 +55,18 @@ extension LifecycleEngine {
 
     /// Decides what an event does to the app's state.
     func route(_ event: QueuedEvent, to id: String, now: UInt64) -> Disposition {
-        guard let app = apps[id] else { return .queued }
-        switch app.state {
+        guard let state = withRecord(id, { $0.state }) else { return .queued }
+        switch state {
         case .active, .inactive:
             flush(id)
             return .delivered
         case .background:
-            guard app.mayReceive(event) else {
+            guard let (mayReceive, terminating) = withRecord(id, { ($0.mayReceive(event), $0.terminateAt != nil) }) else { return .queued }
+            guard mayReceive else {
                 decide(id, .queue, "'\(event.kind)' queued: no \(event.wakeMode?.rawValue ?? "") background mode, delivered in the foreground")
                 return .queued
             }
-            if app.terminateAt == nil {
+            if !terminating {
                 // New work: a fresh processing window within the limit, and an
                 // earlier "finished" no longer covers it.
                 update(id) {
@@ -70,18 +77,20 @@ extension LifecycleEngine {
             flush(id)
             return .delivered
         case .suspended:
-            guard app.manifest.mayBeWoken(for: event.wakeMode) else {
+            guard let (mayWake, blocking) = withRecord(id, { ($0.manifest.mayBeWoken(for: event.wakeMode), blockingHead(of: $0)) })
+            else { return .queued }
+            guard mayWake else {
                 decide(id, .queue, "'\(event.kind)' queued: no \(event.wakeMode?.rawValue ?? "") background mode, delivered in the foreground")
                 return .queued
             }
-            if let head = blockingHead(of: app) {
+            if let head = blocking {
                 decide(id, .queue, "'\(event.kind)' queued behind seq \(head.seq) ('\(head.kind)'), which waits for the foreground")
                 return .queued
             }
             resume(id, now: now, reason: "woken for '\(event.kind)' (seq \(event.seq))")
             return .woke
         case .notRunning:
-            guard canRelaunch(app, for: event) else { return .queued }
+            guard let app = apps[id], canRelaunch(app, for: event) else { return .queued }
             do {
                 try start(
                     id, launch: LaunchOptions(reason: .event, eventKind: event.kind), state: .background, now: now,
@@ -99,7 +108,7 @@ extension LifecycleEngine {
     /// sessions). Returns false, doing nothing, unless the app is suspended.
     @discardableResult
     public func wake(_ id: String, reason: String, now: UInt64) -> Bool {
-        guard apps[id]?.state == .suspended else { return false }
+        guard withRecord(id, { $0.state }) == .suspended else { return false }
         resume(id, now: now, reason: "woken: " + reason)
         return true
     }
@@ -168,19 +177,22 @@ extension LifecycleEngine {
     /// All are marked sent before the first goes out, so the daemon journals
     /// them with one write before the first send.
     func flush(_ id: String) {
-        guard let app = apps[id], app.connected, app.state.isRunning else { return }
-        var queue = app.queue
-        var batch: [(event: QueuedEvent, redelivered: Bool)] = []
-        while let next = queue.peekNextUnsent(), app.mayReceive(next),
-              !(next.stream.map(queue.hasInFlight(stream:)) ?? false),
-              let taken = queue.takeNextUnsent() {
-            batch.append(taken)
-        }
+        // Taken in place: a copy of the queue would copy its events on the first change.
+        let batch = withRecord(id) { app -> [(event: QueuedEvent, redelivered: Bool)] in
+            guard app.connected, app.state.isRunning else { return [] }
+            var batch: [(event: QueuedEvent, redelivered: Bool)] = []
+            while let next = app.queue.peekNextUnsent(), app.mayReceive(next),
+                  !(next.stream.map(app.queue.hasInFlight(stream:)) ?? false),
+                  let taken = app.queue.takeNextUnsent() {
+                batch.append(taken)
+            }
+            return batch
+        } ?? []
         guard !batch.isEmpty else { return }
-        update(id) { $0.queue = queue }
+        noteChanged(id)
         for (event, redelivered) in batch {
             // A send that finds the connection broken closes it (rewinding the queue).
-            guard let app = apps[id], app.connected else { return }
+            guard withRecord(id, { $0.connected }) == true else { return }
             host.send(.event(event, redelivered: redelivered), to: id)
         }
     }

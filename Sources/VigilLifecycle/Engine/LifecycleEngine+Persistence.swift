@@ -27,10 +27,10 @@ extension LifecycleEngine {
         // Sorted: the journal's order must not depend on a Set's.
         let changed = changedSinceJournal.sorted()
         changedSinceJournal.removeAll(keepingCapacity: true)
-        for id in changed where records[id] != nil {
-            // In place: taking the changes must not copy the queue.
-            for change in records[id]!.queue.takeChanges() { journal.append(change.record(app: id)) }
-            let forceQuit = records[id]!.forceQuit
+        for id in changed {
+            // In place: taking the changes must not copy the record or its queue.
+            guard let (changes, forceQuit) = withRecord(id, { ($0.queue.takeChanges(), $0.forceQuit) }) else { continue }
+            for change in changes { journal.append(change.record(app: id)) }
             if forceQuit != (journal.forceQuit[id] ?? false) {
                 journal.append(.forceQuit(app: id, forceQuit))
                 journal.forceQuit[id] = forceQuit

@@ -10,17 +10,21 @@ extension LifecycleEngine {
     /// suspended app (its earlier event may be waiting behind one in flight)
     /// and extend a background app's window.
     public func merge(_ bytes: [UInt8], into id: String, if matches: (QueuedEvent) -> Bool, now: UInt64) -> UInt64? {
-        guard apps[id] != nil, let seq = records[id]!.queue.mergeIntoLastUnsent(bytes, if: matches) else { return nil }
+        // In place (`withRecord`): copies of the record cost more than the merge.
+        guard let merged = withRecord(id, { $0.queue.mergeIntoLastUnsent(bytes, if: matches) }), let seq = merged else { return nil }
         changedSinceJournal.insert(id)
-        guard let app = apps[id], let event = app.queue.events.last else { return seq }
         // Only where routing changes something: the event's own delivery already
         // logged why it waits, and a log line per read would drown the log.
-        switch app.state {
-        case .notRunning: break
-        case .suspended where !app.manifest.mayBeWoken(for: event.wakeMode) || blockingHead(of: app) != nil: break
-        case .background where !app.mayReceive(event): break
-        default: _ = route(event, to: id, now: now)
+        let routed = withRecord(id) { app -> QueuedEvent? in
+            guard let event = app.queue.events.last else { return nil }
+            switch app.state {
+            case .notRunning: return nil
+            case .suspended where !app.manifest.mayBeWoken(for: event.wakeMode) || blockingHead(of: app) != nil: return nil
+            case .background where !app.mayReceive(event): return nil
+            default: return event
+            }
         }
+        if let routed, let event = routed { _ = route(event, to: id, now: now) }
         return seq
     }
 
@@ -36,8 +40,11 @@ extension LifecycleEngine {
     ) throws(ProtocolError) {
         precondition(maxEventBytes > 0, "a stream event holds at least one byte")
         var rest = bytes[...]
-        if let last = apps[id]?.queue.events.last, last.stream == stream, last.payload.count < maxEventBytes {
-            let part = rest.prefix(maxEventBytes - last.payload.count)
+        if let room = withRecord(id, { app -> Int? in
+            guard let last = app.queue.events.last, last.stream == stream, last.payload.count < maxEventBytes else { return nil }
+            return maxEventBytes - last.payload.count
+        }) ?? nil {
+            let part = rest.prefix(room)
             if merge(Array(part), into: id, if: { $0.stream == stream }, now: now) != nil {
                 rest = rest.dropFirst(part.count)
             }
@@ -52,8 +59,7 @@ extension LifecycleEngine {
     /// Withdraws unsent events that `matches` accepts (coalescing), recording why.
     @discardableResult
     public func withdraw(from id: String, reason: String, where matches: (QueuedEvent) -> Bool) -> [QueuedEvent] {
-        guard apps[id] != nil else { return [] }
-        let withdrawn = records[id]!.queue.withdrawUnsent(where: matches)
+        guard let withdrawn = withRecord(id, { $0.queue.withdrawUnsent(where: matches) }) else { return [] }
         changedSinceJournal.insert(id)
         if !withdrawn.isEmpty {
             decide(id, .queue, "\(withdrawn.count) queued event(s) withdrawn: \(reason)")
@@ -64,6 +70,6 @@ extension LifecycleEngine {
     /// Events still in the app's queue (sent or not), for sources that bound
     /// what they let pile up, e.g. bytes of one session.
     public func queuedEvents(of id: String) -> [QueuedEvent] {
-        apps[id]?.queue.events ?? []
+        withRecord(id) { $0.queue.events } ?? []
     }
 }

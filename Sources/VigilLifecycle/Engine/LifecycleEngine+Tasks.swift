@@ -35,7 +35,7 @@ extension LifecycleEngine {
     /// acknowledged; then as soon as the last of those is done. It finished
     /// what it had seen, not what was on its way.
     public func finishedProcessing(_ id: String, now: UInt64) {
-        guard let app = apps[id], app.state == .background, app.terminateAt == nil else { return }
+        guard withRecord(id, { $0.state == .background && $0.terminateAt == nil }) == true else { return }
         update(id) { $0.finishRequested = true }
         suspendIfDone(id, now: now, trigger: "finished processing early")
     }
@@ -43,11 +43,13 @@ extension LifecycleEngine {
     /// Suspends a background app that holds no task once its window is over,
     /// or once it has finished and acknowledged everything it was given.
     func suspendIfDone(_ id: String, now: UInt64, trigger: String) {
-        guard let app = apps[id], app.state == .background, app.terminateAt == nil, app.tasks.isEmpty else { return }
-        let windowOver = app.suspendAt.map { $0 <= now } ?? false
-        let finished = app.finishRequested && app.queue.unacknowledgedCount == 0
-            && app.queue.peekNextUnsent().map(app.mayReceive) != true
-        guard windowOver || finished else { return }
+        guard let (windowOver, finished) = withRecord(id, { app -> (Bool, Bool)? in
+            guard app.state == .background, app.terminateAt == nil, app.tasks.isEmpty else { return nil }
+            let windowOver = app.suspendAt.map { $0 <= now } ?? false
+            let finished = app.finishRequested && app.queue.unacknowledgedCount == 0
+                && app.queue.peekNextUnsent().map(app.mayReceive) != true
+            return (windowOver, finished)
+        }) ?? nil, windowOver || finished else { return }
         suspend(id, now: now, reason: trigger + (windowOver ? ", processing window over" : ", nothing left to handle"))
     }
 

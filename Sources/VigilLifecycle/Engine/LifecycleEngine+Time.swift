@@ -14,13 +14,15 @@ extension LifecycleEngine {
     func refreshDeadlines() {
         guard !changedSinceDeadlines.isEmpty else { return }
         for id in changedSinceDeadlines {
-            deadlines[id] = records[id].flatMap(deadline(of:))
-            refreshDue[id] = records[id]?.refresh?.due
+            let (next, due) = withRecord(id) { (deadline(of: &$0), $0.refresh?.due) } ?? (nil, nil)
+            deadlines[id] = next
+            refreshDue[id] = due
         }
         changedSinceDeadlines.removeAll(keepingCapacity: true)
     }
 
-    private func deadline(of app: AppRecord) -> UInt64? {
+    /// `inout` only so that the record is read where it lies, not copied.
+    private func deadline(of app: inout AppRecord) -> UInt64? {
         var candidates: [UInt64] = []
         if let terminateAt = app.terminateAt { candidates.append(terminateAt) }
         if let connectBy = app.connectBy { candidates.append(connectBy) }

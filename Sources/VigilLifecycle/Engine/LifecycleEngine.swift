@@ -317,14 +317,38 @@ public final class LifecycleEngine {
         changedSinceJournal.insert(id)
     }
 
+    /// Changes an app's record in place and notes the change (deadlines,
+    /// journal, the host's state-change hook).
     func update(_ id: String, _ change: (inout AppRecord) -> Void) {
-        guard let old = records[id]?.state else { return }
-        change(&records[id]!)
-        changedSinceDeadlines.insert(id)
-        changedSinceJournal.insert(id)
-        if let new = records[id]?.state, new != old {
+        guard let (old, new) = withRecord(id, { app -> (AppState, AppState) in
+            let old = app.state
+            change(&app)
+            return (old, app.state)
+        }) else { return }
+        noteChanged(id)
+        if new != old {
             host.stateChanged(id, from: old, to: new)
         }
+    }
+
+    /// Runs `body` on an app's record where it lies, with one lookup; nil if
+    /// there is none. Reading `records[id]` (or `apps[id]`) returns a copy
+    /// of the whole record, retaining and releasing every string and array
+    /// in it (manifest, queue, tasks): on a wake's path those copies were
+    /// about a fifth of the daemon's instructions. `body` must not call back
+    /// into the engine (the record is being accessed), and a change made
+    /// here is not noted: use it to read, or for fields neither the
+    /// deadlines nor the journal depend on, and `update` otherwise.
+    @inline(__always)
+    func withRecord<T>(_ id: String, _ body: (inout AppRecord) -> T) -> T? {
+        guard let index = records.index(forKey: id) else { return nil }
+        return body(&records.values[index])
+    }
+
+    /// Notes a change made with `withRecord`.
+    func noteChanged(_ id: String) {
+        changedSinceDeadlines.insert(id)
+        changedSinceJournal.insert(id)
     }
 
     /// Starts a process for the app in `state` (inactive for the foreground,
@@ -417,19 +441,22 @@ public final class LifecycleEngine {
     }
 
     func notify(_ id: String, _ event: LifecycleNotification) {
-        guard let app = apps[id] else { return }
-        send(id, .lifecycle(LifecycleMessage(event: event, state: app.state)))
+        guard let state = withRecord(id, { $0.state }) else { return }
+        send(id, .lifecycle(LifecycleMessage(event: event, state: state)))
     }
 
     func send(_ id: String, _ message: OutboundMessage) {
-        guard let app = apps[id], app.connected, app.state.isRunning else { return }
+        guard withRecord(id, { $0.connected && $0.state.isRunning }) == true else { return }
         host.send(message, to: id)
     }
 
     func decide(_ id: String, _ action: Decision.Action, _ reason: String) {
-        guard let app = apps[id] else { return }
-        let decision = Decision(app: id, action: action, reason: reason, state: app.state)
-        update(id) { $0.lastDecision = decision }
+        // The last decision is for `vigilctl apps` only: no deadline or journal depends on it.
+        guard let decision = withRecord(id, { app -> Decision in
+            let decision = Decision(app: id, action: action, reason: reason, state: app.state)
+            app.lastDecision = decision
+            return decision
+        }) else { return }
         host.record(decision)
     }
 }

@@ -33,6 +33,8 @@ public struct AppManifest: Sendable, Equatable {
     public var group: AccountReference?
     /// Its supplementary groups; empty: none but the primary group.
     public var supplementaryGroups: [AccountReference]
+    /// `remote-notification`: the MQTT topic filters whose messages wake it (docs/fleet.md).
+    public var mqttTopics: [String] = []
     /// The file it was read from.
     public var path: String
     /// Set by `ManifestLoader`: the file and every folder above it are owned
@@ -74,7 +76,7 @@ public struct AppManifest: Sendable, Equatable {
 
     static let knownFields: Set<String> = [
         "id", "exec", "background-modes", "accessory-protocols", "exits-on-suspend", "working-directory", "environment",
-        "user", "group", "supplementary-groups",
+        "user", "group", "supplementary-groups", "mqtt-topics",
     ]
 
     /// Parses and validates one manifest file's text.
@@ -107,11 +109,23 @@ public struct AppManifest: Sendable, Equatable {
         for (index, name) in protocols.enumerated() where !ReverseDNS.isValid(name) {
             throw fields.problem("accessory-protocols[\(index)]", "'\(name)' is not a reverse-DNS protocol string")
         }
+        let topics = try fields.stringArray("mqtt-topics") ?? []
+        for (index, topic) in topics.enumerated() {
+            if let problem = MQTTFilterCheck.problem(topic) {
+                throw fields.problem("mqtt-topics[\(index)]", "'\(topic)' is not an MQTT topic filter: \(problem)")
+            }
+        }
+        if !topics.isEmpty && !modes.contains(.remoteNotification) {
+            throw fields.problem("mqtt-topics", "needs the 'remote-notification' background mode")
+        }
+        if topics.isEmpty && modes.contains(.remoteNotification) {
+            throw fields.problem("background-modes", "'remote-notification' needs mqtt-topics (the topic filters that wake the app)")
+        }
         let workingDirectory = try fields.string("working-directory")
         if let workingDirectory, !workingDirectory.hasPrefix("/") {
             throw fields.problem("working-directory", "must be an absolute path")
         }
-        return AppManifest(
+        var manifest = AppManifest(
             id: id, exec: exec, backgroundModes: modes, accessoryProtocols: protocols,
             exitsOnSuspend: try fields.bool("exits-on-suspend") ?? false,
             workingDirectory: workingDirectory,
@@ -120,6 +134,8 @@ public struct AppManifest: Sendable, Equatable {
             group: try fields.account("group"),
             supplementaryGroups: try fields.accounts("supplementary-groups", limit: maximumSupplementaryGroups) ?? [],
             path: file)
+        manifest.mqttTopics = topics
+        return manifest
     }
 }
 

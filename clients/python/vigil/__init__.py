@@ -29,6 +29,7 @@ from .ble import (
     Services, UpdateResult, characteristic_definition, normalize_uuid, service_definition,
 )
 from .control import Control
+from .l2cap import L2CAPChannel
 
 __version__ = "0.1.0"
 
@@ -40,5 +41,5 @@ __all__ = [
     "SessionItem", "INVALID_TASK", "App", "AppItem", "BackgroundTask", "ConnectionRestored", "Event", "LaunchOptions",
     "Lifecycle", "BLEClient", "Central", "Characteristic", "Descriptor", "Device", "PeripheralManager",
     "PeripheralRequest", "Scanner", "Service", "Services", "UpdateResult", "characteristic_definition",
-    "normalize_uuid", "service_definition", "Control", "__version__",
+    "normalize_uuid", "service_definition", "Control", "L2CAPChannel", "__version__",
 ]

@@ -11,6 +11,7 @@ from ._frames import ConnectionClosed, Message, VigilError, socket_path
 from ._ledger import Token
 from .accessories import Accessory, AccessorySession
 from .ble import Central, PeripheralManager
+from .l2cap import L2CAPChannel, l2cap_options
 
 
 class Client:
@@ -24,6 +25,8 @@ class Client:
         self.timeout = timeout
         self._connection: Connection | None = None
         self._sessions: dict[int, AccessorySession] = {}
+        #: PSMs published through `publish_l2cap_channel`: their incoming channels become `L2CAPChannel`s.
+        self._l2cap_psms: set[int] = set()
         self._central: Central | None = None
         self._peripheral: PeripheralManager | None = None
 
@@ -74,6 +77,61 @@ class Client:
 
         await self.connection.request("openSession", on_reply=register, **members)
         return opened[0]
+
+    # -- L2CAP channels
+
+    async def open_l2cap_channel(self, peripheral: str, psm: int, *, reopen: bool | None = None,
+                                 security: str | None = None, receive_mtu: int | None = None) -> L2CAPChannel:
+        """Opens a channel to `psm` on a peripheral this client is connected to
+        (`ble.connect`, link up); returns once the peripheral accepted it. With
+        `reopen` the channel opens again (same session) when the link comes back."""
+        members: dict[str, Any] = {"peripheral": peripheral, "psm": int(psm), **l2cap_options(security, receive_mtu)}
+        if reopen is not None:
+            members["reopen"] = bool(reopen)
+        opened: list[L2CAPChannel] = []
+
+        def register(reply: Message) -> None:
+            # On the reader, before any frame that follows the reply: the channel's first data.
+            channel = L2CAPChannel(self, reply["channel"])
+            channel.reopen = bool(reopen)
+            self._sessions[channel.id] = channel
+            opened.append(channel)
+
+        await self.connection.request("ble.openL2CAPChannel", on_reply=register, timeout=None, **members)
+        return opened[0]
+
+    async def publish_l2cap_channel(self, psm: int | None = None, *, security: str | None = None,
+                                    receive_mtu: int | None = None) -> int:
+        """Listens on `psm` (None: a free dynamic one); returns the PSM. Each channel a
+        central opens arrives as a `ble.l2cap.incoming` event; `l2cap_channel(event)` is it."""
+        members: dict[str, Any] = l2cap_options(security, receive_mtu)
+        if psm is not None:
+            members["psm"] = int(psm)
+        published = int((await self.request("ble.publishL2CAPChannel", **members))["psm"])
+        self._l2cap_psms.add(published)
+        return published
+
+    async def unpublish_l2cap_channel(self, psm: int) -> None:
+        await self.request("ble.unpublishL2CAPChannel", psm=int(psm))
+        self._l2cap_psms.discard(int(psm))
+
+    def _adopt_incoming_channel(self, attributes: Mapping[str, Any]) -> L2CAPChannel:
+        """A `ble.l2cap.incoming` event's channel, registered before its data is routed
+        (for PSMs published with `publish_l2cap_channel`; raw requests get raw events)."""
+        session_id = int(attributes["session"])
+        existing = self._sessions.get(session_id)
+        if isinstance(existing, L2CAPChannel):
+            return existing
+        channel = L2CAPChannel(self, attributes)
+        self._sessions[session_id] = channel
+        return channel
+
+    def l2cap_channel(self, event: Any) -> L2CAPChannel | None:
+        """The channel a `ble.l2cap.incoming` or `ble.l2cap.reopened` event (or a session id) names."""
+        attributes = getattr(event, "attributes", None)
+        session_id = attributes.get("session") if isinstance(attributes, Mapping) else event
+        channel = self._sessions.get(session_id) if isinstance(session_id, int) else None
+        return channel if isinstance(channel, L2CAPChannel) else None
 
     def _forget_session(self, session_id: int) -> None:
         self._sessions.pop(session_id, None)

@@ -17,6 +17,7 @@ from ._ledger import Ledger
 from ._mailbox import Mailbox
 from ._payloads import NotificationValue, SessionLogs, notification_values
 from .accessories import Accessory, session_item
+from .l2cap import INCOMING as L2CAP_INCOMING
 
 
 @dataclasses.dataclass(frozen=True)
@@ -290,7 +291,9 @@ class App(Client):
             if session_id in self._closed_sessions and not redelivered:
                 self._ledger.received(seq, "dropped").finish()  # closed here: dropped, acknowledged
                 return
-        if kind.startswith("ble.") and self._bluetooth_target(kind) is not None:
+        if kind == L2CAP_INCOMING and isinstance(session_id, int) and attributes.get("psm") in self._l2cap_psms:
+            self._adopt_incoming_channel(attributes)  # then to the app, as any event
+        if kind.startswith("ble.") and not kind.startswith("ble.l2cap.") and self._bluetooth_target(kind) is not None:
             self._route_bluetooth(kind, attributes, payload, self._ledger.received(seq, "bluetooth"))
             return
         values: list[NotificationValue] = []
@@ -399,6 +402,16 @@ class App(Client):
         except VigilError as error:
             if error.code != "disconnected":
                 raise
+
+    async def mqtt_publish(self, topic: str, payload: bytes | bytearray | str) -> dict[str, Any]:
+        """Store-and-forward export through vigild's broker connection
+        (docs/fleet.md): returns once vigild holds the message durably in its
+        outbox ({seq, queued, connected}); vigild publishes it with QoS 1, in
+        order, whenever the broker is reachable. A full outbox raises
+        VigilError "queueFull" (nothing was stored: hold the data and retry);
+        no broker configured raises "unavailable"."""
+        body = payload.encode() if isinstance(payload, str) else bytes(payload)
+        return (await self.request("mqtt.publish", body=body, topic=topic)).header
 
     async def finished_processing(self) -> None:
         """The app has handled what woke it: with no task held it is suspended

@@ -236,6 +236,10 @@ class AppClient(Connection):
     def complete_refresh(self, result: str) -> None:
         self._run(self.app.complete_refresh(result))
 
+    def mqtt_publish(self, topic: str, payload: bytes | bytearray | str) -> JSON:
+        """See `vigil.App.mqtt_publish`: durable in vigild's outbox when it returns."""
+        return self._run(self.app.mqtt_publish(topic, payload))
+
     def accessories(self) -> list[JSON]:
         return list(self.request("accessories")["accessories"])
 

@@ -1,0 +1,187 @@
+// Eclipse Paho MQTT C (Debian: libpaho-mqtt-dev), the synchronous MQTTClient
+// API with TLS (libpaho-mqtt3cs), and what Swift cannot import from it: the
+// brace initializers, and a persistence store (MQTTCLIENT_PERSISTENCE_USER)
+// whose writes can be fsync'd. docs/fleet.md says why Paho and why this store.
+#ifndef VIGIL_CPAHO_SHIM_H
+#define VIGIL_CPAHO_SHIM_H
+
+#include <MQTTClient.h>
+#include <MQTTClientPersistence.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+// Names the calling thread (top, /proc/PID/task/*/status) as vigild's others are.
+static inline void vigil_mqtt_name_thread(const char *name) {
+    prctl(PR_SET_NAME, name, 0, 0, 0);
+}
+
+static inline MQTTClient_connectOptions vigil_mqtt_connect_options(void) {
+    MQTTClient_connectOptions options = MQTTClient_connectOptions_initializer;
+    return options;
+}
+
+static inline MQTTClient_SSLOptions vigil_mqtt_ssl_options(void) {
+    MQTTClient_SSLOptions options = MQTTClient_SSLOptions_initializer;
+    return options;
+}
+
+static inline MQTTClient_message vigil_mqtt_message(void) {
+    MQTTClient_message message = MQTTClient_message_initializer;
+    return message;
+}
+
+// The persistence store: one file per key in `directory`, written to a
+// temporary name and renamed, fdatasync'd first (and the folder fsync'd after
+// the rename) when `sync` is set. Paho stores a received QoS 1 message here
+// (keys "q-N") before it sends PUBACK and removes it once messageArrived has
+// returned true (MQTTProtocol_handlePublishes, Protocol_processPublication
+// and MQTTClient_run in Paho 1.3.12). Keys of messages Paho sends ("s-",
+// "sc-", ...) are not stored: vigild's own outbox keeps those across restarts,
+// and keeping them twice would only resend them twice.
+typedef struct {
+    char directory[4096];
+    int sync;
+} vigil_mqtt_store;
+
+static inline int vigil_mqtt_store_keeps(const char *key) {
+    return key[0] == 'q' || key[0] == 'r';
+}
+
+static inline int vigil_mqtt_store_path(vigil_mqtt_store *store, const char *key, const char *suffix, char *path, size_t size) {
+    if (strchr(key, '/') || key[0] == '.') return -1;
+    int n = snprintf(path, size, "%s/%s%s", store->directory, key, suffix);
+    return (n < 0 || (size_t)n >= size) ? -1 : 0;
+}
+
+static inline int vigil_mqtt_store_open(void **handle, const char *clientID, const char *serverURI, void *context) {
+    (void)clientID; (void)serverURI;
+    *handle = context;
+    return 0;
+}
+
+static inline int vigil_mqtt_store_close(void *handle) { (void)handle; return 0; }
+
+static inline int vigil_mqtt_store_put(void *handle, char *key, int bufcount, char *buffers[], int buflens[]) {
+    vigil_mqtt_store *store = handle;
+    if (!vigil_mqtt_store_keeps(key)) return 0;
+    char path[4200], temporary[4200];
+    if (vigil_mqtt_store_path(store, key, "", path, sizeof path) || vigil_mqtt_store_path(store, key, ".tmp", temporary, sizeof temporary))
+        return MQTTCLIENT_PERSISTENCE_ERROR;
+    int fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return MQTTCLIENT_PERSISTENCE_ERROR;
+    for (int i = 0; i < bufcount; i++) {
+        const char *bytes = buffers[i];
+        int left = buflens[i];
+        while (left > 0) {
+            ssize_t written = write(fd, bytes, (size_t)left);
+            if (written < 0 && errno == EINTR) continue;
+            if (written <= 0) { close(fd); unlink(temporary); return MQTTCLIENT_PERSISTENCE_ERROR; }
+            bytes += written;
+            left -= (int)written;
+        }
+    }
+    if (store->sync && fdatasync(fd) != 0) { close(fd); unlink(temporary); return MQTTCLIENT_PERSISTENCE_ERROR; }
+    close(fd);
+    if (rename(temporary, path) != 0) { unlink(temporary); return MQTTCLIENT_PERSISTENCE_ERROR; }
+    if (store->sync) {
+        int dir = open(store->directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dir < 0) return MQTTCLIENT_PERSISTENCE_ERROR;
+        int rc = fsync(dir);
+        close(dir);
+        if (rc != 0) return MQTTCLIENT_PERSISTENCE_ERROR;
+    }
+    return 0;
+}
+
+static inline int vigil_mqtt_store_get(void *handle, char *key, char **buffer, int *buflen) {
+    vigil_mqtt_store *store = handle;
+    char path[4200];
+    if (vigil_mqtt_store_path(store, key, "", path, sizeof path)) return MQTTCLIENT_PERSISTENCE_ERROR;
+    FILE *file = fopen(path, "rbe");
+    if (!file) return MQTTCLIENT_PERSISTENCE_ERROR;
+    fseek(file, 0, SEEK_END);
+    long size = ftell(file);
+    fseek(file, 0, SEEK_SET);
+    char *bytes = size > 0 ? malloc((size_t)size) : NULL;
+    if (size <= 0 || !bytes || fread(bytes, 1, (size_t)size, file) != (size_t)size) {
+        free(bytes);
+        fclose(file);
+        return MQTTCLIENT_PERSISTENCE_ERROR;
+    }
+    fclose(file);
+    *buffer = bytes;
+    *buflen = (int)size;
+    return 0;
+}
+
+static inline int vigil_mqtt_store_remove(void *handle, char *key) {
+    vigil_mqtt_store *store = handle;
+    char path[4200];
+    if (vigil_mqtt_store_path(store, key, "", path, sizeof path)) return MQTTCLIENT_PERSISTENCE_ERROR;
+    unlink(path);
+    return 0;
+}
+
+static inline int vigil_mqtt_store_keys(void *handle, char ***keys, int *nkeys) {
+    vigil_mqtt_store *store = handle;
+    *keys = NULL;
+    *nkeys = 0;
+    DIR *dir = opendir(store->directory);
+    if (!dir) return MQTTCLIENT_PERSISTENCE_ERROR;
+    int capacity = 0;
+    struct dirent *entry;
+    while ((entry = readdir(dir)) != NULL) {
+        const char *name = entry->d_name;
+        size_t length = strlen(name);
+        if (name[0] == '.' || (length > 4 && strcmp(name + length - 4, ".tmp") == 0) || !vigil_mqtt_store_keeps(name)) continue;
+        if (*nkeys == capacity) {
+            capacity = capacity ? capacity * 2 : 16;
+            char **grown = realloc(*keys, sizeof(char *) * (size_t)capacity);
+            if (!grown) break;
+            *keys = grown;
+        }
+        (*keys)[(*nkeys)++] = strdup(name);
+    }
+    closedir(dir);
+    return 0;
+}
+
+static inline int vigil_mqtt_store_clear(void *handle) {
+    char **keys;
+    int count;
+    if (vigil_mqtt_store_keys(handle, &keys, &count) != 0) return MQTTCLIENT_PERSISTENCE_ERROR;
+    for (int i = 0; i < count; i++) { vigil_mqtt_store_remove(handle, keys[i]); free(keys[i]); }
+    free(keys);
+    return 0;
+}
+
+static inline int vigil_mqtt_store_containskey(void *handle, char *key) {
+    vigil_mqtt_store *store = handle;
+    char path[4200];
+    if (vigil_mqtt_store_path(store, key, "", path, sizeof path)) return MQTTCLIENT_PERSISTENCE_ERROR;
+    return access(path, F_OK) == 0 ? 0 : MQTTCLIENT_PERSISTENCE_ERROR;
+}
+
+/// The store's callbacks for MQTTClient_create (context: a vigil_mqtt_store
+/// that outlives the client).
+static inline MQTTClient_persistence vigil_mqtt_persistence(vigil_mqtt_store *store) {
+    MQTTClient_persistence persistence;
+    persistence.context = store;
+    persistence.popen = vigil_mqtt_store_open;
+    persistence.pclose = vigil_mqtt_store_close;
+    persistence.pput = vigil_mqtt_store_put;
+    persistence.pget = vigil_mqtt_store_get;
+    persistence.premove = vigil_mqtt_store_remove;
+    persistence.pkeys = vigil_mqtt_store_keys;
+    persistence.pclear = vigil_mqtt_store_clear;
+    persistence.pcontainskey = vigil_mqtt_store_containskey;
+    return persistence;
+}
+
+#endif

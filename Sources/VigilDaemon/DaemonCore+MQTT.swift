@@ -1,0 +1,176 @@
+import Foundation
+import VigilLifecycle
+import VigilMQTT
+import VigilProtocol
+import VigilSystem
+
+/// Paho's thread waits here until the loop has the message safe (or gives up:
+/// Paho then keeps the message and offers it again).
+private final class Handoff: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var result: Bool?
+
+    func finish(_ value: Bool) {
+        condition.lock()
+        result = value
+        condition.signal()
+        condition.unlock()
+    }
+
+    func wait(seconds: Double) -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        let deadline = Date(timeIntervalSinceNow: seconds)
+        while result == nil {
+            if !condition.wait(until: deadline) { break }
+        }
+        return result ?? false
+    }
+}
+
+extension DaemonCore {
+    func startMQTT() {
+        let settings = config.mqtt
+        guard let broker = settings.broker else { return }
+        var password: String?
+        if let file = settings.passwordFile {
+            guard let data = FileManager.default.contents(atPath: file), let text = String(data: data, encoding: .utf8) else {
+                logger.error("MQTT: cannot read the password file \(file); not connecting to \(broker)")
+                return
+            }
+            password = String(text.trimmingCharacters(in: .newlines))
+        }
+        let folder = config.stateDirectory + "/mqtt"
+        let options = MQTTClientOptions(
+            serverURI: broker, clientID: settings.clientID ?? Self.defaultMQTTClientID(), username: settings.username,
+            password: password, caFile: settings.caFile, certificateFile: settings.certificateFile, keyFile: settings.keyFile,
+            keepAlive: settings.keepAlive, storeDirectory: folder + "/received", sync: config.durability == .power)
+        let loop = self.loop
+        let core = self
+        do {
+            let outbox = try MQTTSpool(
+                name: "outbox", directory: folder + "/outbox", sync: config.durability == .power,
+                messageLimit: settings.outboxLimit, byteLimit: settings.outboxSize)
+            let held = try MQTTSpool(
+                name: "held messages", directory: folder + "/held", sync: config.durability == .power,
+                messageLimit: settings.outboxLimit, byteLimit: settings.outboxSize)
+            for spool in [outbox, held] {
+                for name in spool.unreadable { logger.error("MQTT: \(spool.directory)/\(name) is unreadable; moved aside") }
+            }
+            let connection = try MQTTConnection(
+                options: options,
+                onEvent: { event in
+                    loop.execute { core.assumeIsolated { $0.mqttEvent(event) } }
+                },
+                onMessage: { message in
+                    let handoff = Handoff()
+                    loop.execute { core.assumeIsolated { handoff.finish($0.mqttArrived(message)) } }
+                    return handoff.wait(seconds: 30)
+                })
+            mqtt = MQTTLink(connection: connection, outbox: outbox, held: held)
+        } catch {
+            logger.error("MQTT: \(error); not connecting to \(broker)")
+            return
+        }
+        updateMQTTSubscriptions()
+        for app in Set(mqtt?.held.entries.map(\.app) ?? []) { drainHeldMQTT(for: app) }
+        mqtt?.connection.start()
+        logger.notice("MQTT: connecting", metadata: [
+            "broker": "\(broker)", "client-id": "\(options.clientID)", "tls": "\(options.usesTLS)",
+            "outbox": "\(mqtt?.outbox.entries.count ?? 0)",
+        ])
+    }
+
+    func stopMQTT() {
+        mqtt?.connection.stop()
+    }
+
+    /// "vigil-" and the machine id's first 12 digits, else the host name.
+    static func defaultMQTTClientID() -> String {
+        if let id = try? String(contentsOfFile: "/etc/machine-id", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines),
+           id.count >= 12 {
+            return "vigil-" + id.prefix(12)
+        }
+        return "vigil-" + ProcessInfo.processInfo.hostName
+    }
+
+    /// Subscribes to every filter of every app with the mode (after a reload too).
+    func updateMQTTSubscriptions() {
+        guard let mqtt, let engine else { return }
+        let filters = engine.apps.values.filter { $0.manifest.backgroundModes.contains(.remoteNotification) }
+            .flatMap(\.manifest.mqttTopics)
+        mqtt.connection.subscribe(to: Set(filters))
+    }
+
+    // MARK: Push wakes
+
+    /// A message from Paho's thread: true once it is queued for its apps and
+    /// journaled (or held); false to have Paho keep it.
+    func mqttArrived(_ message: MQTTIncoming) -> Bool {
+        guard let mqtt, !stopping else { return false }
+        let targets = engine.apps.values.filter { app in
+            app.manifest.backgroundModes.contains(.remoteNotification)
+                && app.manifest.mqttTopics.contains { MQTTTopic.matches(filter: $0, topic: message.topic) }
+        }.map(\.id).sorted()
+        guard !targets.isEmpty else {
+            mqtt.unrouted += 1
+            logger.warning("MQTT: a message on \(message.topic) matches no app's mqtt-topics; dropped (\(mqtt.unrouted) so far)")
+            return true
+        }
+        mqtt.received += 1
+        let flags: UInt8 = (message.retained ? 1 : 0) | (message.duplicate ? 2 : 0)
+        var direct: [String] = []
+        for app in targets {
+            // Behind a full queue, or behind messages held before: held, in order.
+            if engine.apps[app]?.queue.isFull == true || mqtt.held.entries.contains(where: { $0.app == app }) {
+                do {
+                    _ = try mqtt.held.append(app: app, topic: message.topic, payload: message.payload, flags: flags)
+                    continue
+                } catch {
+                    switch error {
+                    case .full(let text):
+                        // Past the bound the engine drops it, counts it and tells the app (an overflow event).
+                        logger.error("MQTT: \(text)")
+                    case .io(let text):
+                        logger.error("MQTT: \(text); Paho keeps the message")
+                        return false
+                    }
+                }
+            }
+            direct.append(app)
+        }
+        let event = Self.mqttEvent(topic: message.topic, payload: message.payload, flags: flags)
+        withEngine { engine, now in
+            for app in direct { _ = try? engine.deliver(event, to: app, now: now) }
+        }  // withEngine journals the queued events before it returns
+        return true
+    }
+
+    static func mqttEvent(topic: String, payload: [UInt8], flags: UInt8) -> QueuedEvent {
+        QueuedEvent(
+            kind: MQTTEventKind.message,
+            attributes: ["topic": .string(topic), "retained": .bool(flags & 1 != 0), "duplicate": .bool(flags & 2 != 0)],
+            payload: payload, wakeMode: .remoteNotification)
+    }
+
+    /// Moves the app's held messages into its event queue while it has room
+    /// (after an acknowledgement). Each leaves the spool once journaled; a
+    /// crash in between delivers it twice, as QoS 1 may.
+    func drainHeldMQTT(for app: String) {
+        guard let mqtt, mqtt.held.entries.contains(where: { $0.app == app }) else { return }
+        var moved: [UInt64] = []
+        withEngine { engine, now in
+            for entry in mqtt.held.entries where entry.app == app {
+                guard let record = engine.apps[app] else {
+                    moved.append(entry.seq)  // the app is gone (its manifest removed)
+                    mqtt.unrouted += 1
+                    continue
+                }
+                if record.queue.isFull { break }
+                _ = try? engine.deliver(Self.mqttEvent(topic: entry.topic, payload: entry.payload, flags: entry.flags), to: app, now: now)
+                moved.append(entry.seq)
+            }
+        }
+        for seq in moved { mqtt.held.remove(seq) }
+    }
+}

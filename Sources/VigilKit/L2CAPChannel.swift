@@ -1,0 +1,143 @@
+import VigilProtocol
+import VigilSystem
+
+/// An L2CAP connection-oriented channel, as `CBL2CAPChannel`: a byte stream to
+/// a PSM on a peripheral the app is connected to (`Application.openL2CAPChannel`),
+/// or from a central to a PSM the app published (`publishL2CAPChannel`, then
+/// `l2capChannel(incoming:)` for each `ble.l2cap.incoming` event).
+///
+/// ```swift
+/// let channel = try await app.openL2CAPChannel(peripheral: "C0:DE:00:00:00:20", psm: 0x80)
+/// try await channel.write(firmwareImage)      // returns once the kernel took it all
+/// for await chunk in channel.bytes {          // until the channel closes
+///     try store(chunk)
+///     await app.finishedProcessing()
+/// }
+/// ```
+///
+/// vigild holds the socket: the channel stays open while the app is
+/// suspended, and what arrives wakes it (`bluetooth-central`, or
+/// `bluetooth-peripheral` for channels to a published PSM). The bytes travel
+/// as an accessory session's do (the channel's `session` id, its log, one
+/// acknowledgement per chunk: see `AccessorySession`), so a chunk the app had
+/// not finished when it died comes again. A channel opened with `reopen`
+/// yields `.interrupted` when its link goes and goes on, same session, when
+/// vigild has reopened it after the link came back (a `ble.l2cap.reopened`
+/// event in `Application.events` says so).
+public final class L2CAPChannel: Sendable {
+    public let info: L2CAPChannelInfo
+    /// The stream underneath: `incoming`, `write`, `close` are its own.
+    public let stream: AccessorySession
+
+    init(info: L2CAPChannelInfo, stream: AccessorySession) {
+        self.info = info
+        self.stream = stream
+    }
+
+    public var peer: String { info.peer }
+    public var psm: Int { info.psm }
+    /// The largest SDU each way; writes of any length are cut at `sendMTU` by vigild.
+    public var sendMTU: Int { info.sendMTU }
+    public var receiveMTU: Int { info.receiveMTU }
+    /// Why the channel ended; nil while it is open (or waiting to reopen).
+    public var closeReason: String? { stream.closeReason }
+
+    /// Data, interruptions and the end (`.closed`), in order; see `AccessorySession.incoming`.
+    public var incoming: AcknowledgingStream<AccessorySession.Event> { stream.incoming }
+    /// Only the bytes; finishes when the channel ends.
+    public var bytes: AccessorySession.Bytes { stream.bytes }
+
+    /// Writes `bytes` and returns once vigild has handed them all to the kernel
+    /// (which sends as the peer's credits allow).
+    public func write(_ bytes: [UInt8]) async throws { try await stream.write(bytes) }
+
+    public func close() async { await stream.close() }
+
+    /// Stands in for the accessory of the session a channel is.
+    static let noAccessory = AccessoryInfo(
+        connectionID: 0, name: "L2CAP channel", manufacturer: "", modelNumber: "", serialNumber: "", firmwareRevision: "",
+        hardwareRevision: "", protocolStrings: [], deviceNode: "", vendorID: "", productID: "", sysPath: "", lineSettings: "")
+}
+
+extension Application {
+    /// Opens a channel to `psm` on a peripheral this app is connected to
+    /// (`CentralManager.connect`, link up); returns once the peripheral
+    /// accepted it. Throws `notConnected`, `notFound` (no channel on that
+    /// PSM), `unavailable` (no Bluetooth), `invalidArgument`.
+    /// - Parameters:
+    ///   - reopen: open it again (same session) whenever the link comes back after a loss.
+    ///   - security: `low` (default), `medium`, `high` or `fips`.
+    public func openL2CAPChannel(
+        peripheral: String, psm: Int, reopen: Bool = false, security: String? = nil, receiveMTU: Int? = nil
+    ) async throws -> L2CAPChannel {
+        let (stream, continuation) = AsyncStream.makeStream(of: Delivery<AccessorySession.Event>.self)
+        let status = AccessorySession.Status(accessory: L2CAPChannel.noAccessory)
+        let sink = EventRouter.SessionSink(continuation: continuation, status: status)
+        let request = OpenL2CAPChannel(peripheral: peripheral, psm: psm, reopen: reopen ? true : nil, security: security,
+                                       receiveMTU: receiveMTU)
+        let (session, router) = (self.session, self.session.router)
+        // Registered as its reply is read, before its first data can be (see openSession).
+        let opening = Task {
+            try await session.request(request, expecting: L2CAPChannelOpened.self) { reply in
+                guard let opened = try? reply.decode(L2CAPChannelOpened.self) else { return }
+                router.register(session: opened.channel.session, sink)
+            }
+        }
+        do {
+            let info = try await opening.value.channel
+            let accessorySession = AccessorySession(id: info.session, protocol: "l2cap:\(info.psm)", status: status, stream: stream, session: session)
+            return L2CAPChannel(info: info, stream: accessorySession)
+        } catch {
+            continuation.finish()
+            throw error
+        }
+    }
+
+    /// Listens for channels from centrals on `psm` (nil: a free dynamic one);
+    /// returns the PSM (advertise it, e.g. in a characteristic). Each channel
+    /// is a `ble.l2cap.incoming` event in `events`; `l2capChannel(incoming:)` makes it one.
+    public func publishL2CAPChannel(psm: Int? = nil, security: String? = nil, receiveMTU: Int? = nil) async throws -> Int {
+        try await session.request(PublishL2CAPChannel(psm: psm, security: security, receiveMTU: receiveMTU),
+                                  expecting: L2CAPChannelPublished.self).psm
+    }
+
+    public func unpublishL2CAPChannel(psm: Int) async throws {
+        _ = try await session.request(UnpublishL2CAPChannel(psm: psm), expecting: Done.self)
+    }
+
+    /// The channel a `ble.l2cap.incoming` event announces. Its data is held
+    /// from the moment the event was read, so nothing is missed; call it once
+    /// per event (a second call returns nil).
+    public func l2capChannel(incoming event: AppEvent) -> L2CAPChannel? {
+        guard event.kind == L2CAPEventKind.incoming, let info = L2CAPChannelInfo(attributes: event.attributes),
+              let pending = session.router.takeIncomingChannel(info.session)
+        else { return nil }
+        let stream = AccessorySession(id: info.session, protocol: "l2cap:\(info.psm)", status: pending.status,
+                                      stream: pending.stream, session: session)
+        return L2CAPChannel(info: info, stream: stream)
+    }
+}
+
+/// A channel a central opened, registered with the router when its event was read.
+struct PendingL2CAPChannel: Sendable {
+    var stream: AsyncStream<Delivery<AccessorySession.Event>>
+    var status: AccessorySession.Status
+}
+
+extension EventRouter {
+    /// Called for each event before it is routed: a `ble.l2cap.incoming`
+    /// registers its session at once, so data that follows is held for the
+    /// channel the app makes of the event.
+    func noteIncomingChannel(_ event: AppEvent) {
+        guard event.kind == L2CAPEventKind.incoming, !event.redelivered,
+              let info = L2CAPChannelInfo(attributes: event.attributes) else { return }
+        let (stream, continuation) = AsyncStream.makeStream(of: Delivery<AccessorySession.Event>.self)
+        let status = AccessorySession.Status(accessory: L2CAPChannel.noAccessory)
+        register(session: info.session, SessionSink(continuation: continuation, status: status))
+        incomingChannels.withLock { $0[info.session] = PendingL2CAPChannel(stream: stream, status: status) }
+    }
+
+    func takeIncomingChannel(_ session: Int) -> PendingL2CAPChannel? {
+        incomingChannels.withLock { $0.removeValue(forKey: session) }
+    }
+}

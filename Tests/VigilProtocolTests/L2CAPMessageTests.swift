@@ -1,0 +1,37 @@
+import Testing
+import VigilProtocol
+
+@Suite struct L2CAPMessageTests {
+    private func roundTrip<M: Message & Equatable>(_ message: M) throws -> M {
+        var decoder = FrameDecoder()
+        decoder.append(MessageCodec.frame(message, id: 3).encoded())
+        let incoming = try IncomingMessage(frame: try #require(try decoder.next()))
+        #expect(incoming.type == M.type)
+        return try incoming.decode(M.self)
+    }
+
+    @Test func requestsAndRepliesSurviveTheWire() throws {
+        for message in [OpenL2CAPChannel(peripheral: "C0:DE:00:00:00:20", psm: 0x80),
+                        OpenL2CAPChannel(peripheral: "C0:DE:00:00:00:20", psm: 0x25, reopen: true, security: "high", receiveMTU: 512)] {
+            #expect(try roundTrip(message) == message)
+        }
+        for message in [PublishL2CAPChannel(), PublishL2CAPChannel(psm: 0x81, security: "medium", receiveMTU: 100)] {
+            #expect(try roundTrip(message) == message)
+        }
+        #expect(try roundTrip(UnpublishL2CAPChannel(psm: 0x81)) == UnpublishL2CAPChannel(psm: 0x81))
+        #expect(try roundTrip(L2CAPChannelPublished(psm: 0x81)) == L2CAPChannelPublished(psm: 0x81))
+        let info = L2CAPChannelInfo(session: 4, peer: "C0:DE:00:00:00:21", psm: 0x80, sendMTU: 247, receiveMTU: 2048)
+        #expect(try roundTrip(L2CAPChannelOpened(channel: info)) == L2CAPChannelOpened(channel: info))
+    }
+
+    @Test func eventAttributesReadBackAndRefuseWhatIsMissing() {
+        let info = L2CAPChannelInfo(session: 4, peer: "C0:DE:00:00:00:21", psm: 0x80, sendMTU: 247, receiveMTU: 2048)
+        #expect(L2CAPChannelInfo(attributes: info.attributes) == info)
+        var partial = info.attributes
+        partial["sendMTU"] = nil
+        #expect(L2CAPChannelInfo(attributes: partial) == nil)
+        partial = info.attributes
+        partial["session"] = .number(4.5)
+        #expect(L2CAPChannelInfo(attributes: partial) == nil)
+    }
+}
