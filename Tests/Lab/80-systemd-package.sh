@@ -174,6 +174,8 @@ sdc install -m 0644 "/usr/share/doc/vigil/examples/$app_id.toml" /etc/vigil/apps
 sdc systemctl reload vigild.service
 wait_active vigild.service
 [[ "$(show vigild.service MainPID)" == "$main_pid" ]] || fail "systemctl reload replaced vigild (pid $main_pid -> $(show vigild.service MainPID))"
+# ExecReload's kill returns at once; vigild rereads on its loop.
+for ((i = 0; i < 100; i++)); do has "$app_id" ctl apps && break; sleep 0.2; done
 has "$app_id" ctl apps || fail "after systemctl reload, vigild has not loaded $app_id: $(ctl apps 2>&1)"
 say "systemctl reload: the same vigild (pid $main_pid) loaded $app_id"
 
