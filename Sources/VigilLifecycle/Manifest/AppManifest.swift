@@ -111,8 +111,8 @@ public struct AppManifest: Sendable, Equatable {
         }
         let topics = try fields.stringArray("mqtt-topics") ?? []
         for (index, topic) in topics.enumerated() {
-            if let problem = MQTTFilterCheck.problem(topic) {
-                throw fields.problem("mqtt-topics[\(index)]", "'\(topic)' is not an MQTT topic filter: \(problem)")
+            if let problem = MQTTTopic.problem(filter: topic) {
+                throw fields.problem("mqtt-topics[\(index)]", "'\(topic)' is not an MQTT topic filter: it \(problem)")
             }
         }
         if !topics.isEmpty && !modes.contains(.remoteNotification) {

@@ -1,5 +1,5 @@
 import Testing
-import VigilMQTT
+import VigilProtocol
 
 @Suite("MQTT topics")
 struct TopicTests {

@@ -1,6 +1,9 @@
 /// MQTT topic names and filters (MQTT 3.1.1, section 4.7): checked before
 /// they reach the broker, and matched locally to route a message to the apps
-/// whose filters it matches (one subscription serves them all).
+/// whose filters it matches (one subscription serves them all). Here, below
+/// both the manifest checks and the broker client, so the rules are written
+/// once. A problem is a clause about the text ("is empty", "has '+' ..."),
+/// for the caller to put after what the text is.
 public enum MQTTTopic {
     /// Why `filter` is not a valid subscription filter; nil when it is.
     public static func problem(filter: String) -> String? {
@@ -8,9 +11,9 @@ public enum MQTTTopic {
         let levels = filter.split(separator: "/", omittingEmptySubsequences: false)
         for (index, level) in levels.enumerated() {
             if level.contains("#"), level != "#" || index != levels.count - 1 {
-                return "'#' must be a whole level and the last one"
+                return "has '#' where it is not a whole level and the last one"
             }
-            if level.contains("+"), level != "+" { return "'+' must be a whole level" }
+            if level.contains("+"), level != "+" { return "has '+' that is not a whole level" }
         }
         return nil
     }
@@ -18,7 +21,7 @@ public enum MQTTTopic {
     /// Why `topic` is not a valid topic to publish to; nil when it is.
     public static func problem(topic: String) -> String? {
         if let problem = basicProblem(topic) { return problem }
-        if topic.contains("#") || topic.contains("+") { return "a topic to publish to has no wildcards ('#', '+')" }
+        if topic.contains("#") || topic.contains("+") { return "has a wildcard ('#' or '+'), which a topic to publish to cannot have" }
         return nil
     }
 
