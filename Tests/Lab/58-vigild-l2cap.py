@@ -7,7 +7,9 @@ against real bluetoothd and kernel L2CAP and a Bumble peer on hci1:
    closing the session closes the channel at the peer; `vigilctl ble l2cap
    open` sends its stdin;
 2. an app with `bluetooth-central` opens a channel (reopen) and is suspended:
-   1 MiB from the peer arrives byte-exact, the app woken per data event;
+   1 MiB from the peer arrives byte-exact through a 16 KiB session buffer
+   (vigild stops reading when it is full; the kernel withholds the peer's
+   credits), the app woken per data event;
 3. 1 MiB from the app (a background task, after a wake) arrives byte-exact
    at the peer;
 4. the peer drops the link: the app hears the channel closed (willReopen),
@@ -37,6 +39,7 @@ APP, SERVER_APP = "org.vigil.lab.l2capapp", "org.vigil.lab.l2capserver"
 ADDRESS = "C0:DE:00:00:00:20"   # l2cap_peer.py's static random address
 PSM = 0x80
 MIB = 1 << 20
+BUFFER = 16384   # the channel's session buffer: 1 MiB through it means reading stops and starts again
 DATA = "/tmp/vigil-lab-58-app.bin"
 SERVER_DATA = "/tmp/vigil-lab-58-server.bin"
 APP_EXEC = [acc.APP_PYTHON, os.path.join(HERE, "l2cap_app.py")]
@@ -60,7 +63,7 @@ daemon = acc.Daemon("58", apps={
           "args": ["--data", DATA, "--peripheral", ADDRESS, "--psm", hex(PSM), "--reopen"]},
     SERVER_APP: {"exec": APP_EXEC, "modes": ["bluetooth-peripheral"],
                  "args": ["--data", SERVER_DATA, "--publish", "Vigil L2CAP App"]},
-}, timings="suspend-grace = 0.5\nwake-budget = 5.0\n")
+}, config=f"session-buffer-limit = {BUFFER}", timings="suspend-grace = 0.5\nwake-budget = 5.0\n")
 ctl = daemon.control
 
 
@@ -160,10 +163,12 @@ suspends = daemon.decisions(APP, "suspend")
 data_events = daemon.records_of(APP, "data")
 if len(wakes) < 2:
     raise LabError(f"the app was not woken per data event: {len(wakes)} wakes\n{daemon.diagnostics()}")
-full = sum(1 for line in open(daemon.log_path) if "receive queue was full" in line) \
-    if os.path.exists(daemon.log_path) else 0
+vigild_log = open(daemon.log_path).read() if os.path.exists(daemon.log_path) else ""
+full = vigild_log.count("receive queue was full")
+paused = vigild_log.count(f"session {session}: buffer full")
 log(f"2. 1 MiB peer -> suspended app byte-exact in {elapsed:.1f} s: {len(data_events)} data events, "
-    f"{len(wakes)} wakes, {len(suspends)} suspensions; kernel queue full {full} time(s), no byte lost")
+    f"{len(wakes)} wakes, {len(suspends)} suspensions; through a {BUFFER}-byte buffer: reading paused {paused} "
+    f"time(s), kernel queue full {full} time(s), no byte lost")
 
 # ------------------------------------------------ 3. 1 MiB app -> peer ----
 ctl.wake(APP, kind="l2cap.send", attributes={"bytes": MIB})

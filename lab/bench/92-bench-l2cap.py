@@ -50,6 +50,25 @@ def pattern(start, n):
     return bytes(i % 251 for i in range(start, start + n))
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid):
+    """user + system CPU of a process so far (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as file:
+        fields = file.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def vigild_pid():
+    with open(os.path.join(lab.RUN, "vigild.pid")) as file:
+        return int(file.read().strip())
+
+
+def app_pid(daemon):
+    return daemon.records_of(APP, "launch")[-1]["pid"]
+
+
 def wait_count(peer, kind, n, timeout, what):
     lab.wait_for(lambda: len(peer.events(kind)) >= n, timeout, f"peer {what}")
 
@@ -71,7 +90,7 @@ def direct_round(peer, opened):
             raise LabError(f"connect: {os.strerror(ctypes.get_errno())}")
         wait_count(peer, "channel-open", opened + 1, 30, "direct channel open")
         got = bytearray()
-        start = time.monotonic()
+        start, cpu = time.monotonic(), time.process_time()
         peer.command(f"send {N}")
         while len(got) < N:
             chunk = s.recv(65536)
@@ -79,6 +98,7 @@ def direct_round(peer, opened):
                 raise LabError(f"direct channel closed after {len(got)} bytes")
             got += chunk
         elapsed = time.monotonic() - start
+        cpus["direct"].append(time.process_time() - cpu)
         if bytes(got) != pattern(0, N):
             raise LabError("direct: wrong bytes")
         return elapsed
@@ -93,17 +113,22 @@ def app_size():
         return 0
 
 
-def vigild_round(peer, daemon, offset):
+def vigild_round(peer, daemon, offset, start_of_pattern, path):
+    """N more bytes of the app's channel: at `offset` in the app's file, the
+    peer's pattern from `start_of_pattern` (it starts at 0 on each channel)."""
     start = time.monotonic()
+    daemon_cpu, app_cpu = cpu_seconds(vigild_pid()), cpu_seconds(app_pid(daemon))
     peer.command(f"send {N}")
     while app_size() < offset + N:
         if time.monotonic() - start > 600:
             raise LabError(f"vigild: {app_size() - offset} of {N} bytes after 600 s\n{daemon.diagnostics()}")
         time.sleep(0.02)
     elapsed = time.monotonic() - start
+    cpus[path].append(cpu_seconds(vigild_pid()) - daemon_cpu)
+    cpus[path + " (app)"].append(cpu_seconds(app_pid(daemon)) - app_cpu)
     with open(DATA, "rb") as file:
         file.seek(offset)
-        if file.read(N) != pattern(offset, N):
+        if file.read(N) != pattern(start_of_pattern, N):
             raise LabError("vigild: wrong bytes")
     return elapsed
 
@@ -121,23 +146,30 @@ ctl = daemon.control
 daemon.wait(lambda: ctl.request("ble.state")["state"] == "poweredOn", 60, "hci0 powered on")
 
 times = {"direct": [], "vigild, awake": [], "vigild, frozen": []}
+cpus = {"direct": [], "vigild, awake": [], "vigild, awake (app)": [], "vigild, frozen": [], "vigild, frozen (app)": []}
 opened = 0
 for round_ in range(ROUNDS):
     times["direct"].append(direct_round(peer, opened))
     opened += 1
     wait_count(peer, "channel-closed", opened, 30, "direct channel closed")
+    # Bumble 0.0.236 keeps a closed channel's CID taken while its link lasts
+    # ("source CID 64 already in use" refuses the next channel): a new link each time.
+    peer.command("disconnect")
+    wait_count(peer, "disconnected", 2 * round_ + 1, 30, "link down after the direct round")
     ctl.app_action("launch", APP)
     daemon.wait(lambda: len(daemon.records_of(APP, "channelOpened")) > round_, 90, "the app's channel")
     wait_count(peer, "channel-open", opened + 1, 30, "the app's channel open")
     opened += 1
     offset = app_size()
-    times["vigild, awake"].append(vigild_round(peer, daemon, offset))
+    times["vigild, awake"].append(vigild_round(peer, daemon, offset, 0, "vigild, awake"))
     ctl.app_action("background", APP)
     daemon.wait_state(APP, "suspended")
-    times["vigild, frozen"].append(vigild_round(peer, daemon, offset))  # the peer's pattern goes on
+    times["vigild, frozen"].append(vigild_round(peer, daemon, offset + N, N, "vigild, frozen"))  # the peer's pattern goes on
     wakes = len([d for d in daemon.decisions(APP, "wake") if "session.data" in d.get("reason", "")])
     ctl.app_action("quit", APP)  # closes the channel and lets go of the link
     wait_count(peer, "channel-closed", opened, 60, "the app's channel closed")
+    peer.command("disconnect")  # if vigild has not dropped it yet
+    wait_count(peer, "disconnected", 2 * round_ + 2, 60, "link down after the vigild rounds")
     log(f"round {round_ + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items()) + f"; {wakes} wakes so far")
 
 base = statistics.median(times["direct"])
@@ -150,7 +182,10 @@ print(f"\nL2CAP channel, {N} bytes per path and round, {ROUNDS} rounds (TCG: com
 print(f"{'path':<16} {'median s':>9} {'KiB/s':>9} {'x direct':>9}")
 for row in rows:
     print(f"{row['path']:<16} {row['median_s']:>9.2f} {row['kib_per_s']:>9.1f} {row['ratio_to_direct']:>9.3f}")
+print(f"\nCPU seconds per path and round (median; the direct client's is its recv loop, vigild's its whole process)")
+for path, values in cpus.items():
+    print(f"{path:<22} {statistics.median(values):>7.3f}")
 results = os.environ.get("VIGIL_LAB_RESULTS", "/tmp")
 with open(os.path.join(results, "l2cap-bench.json"), "w") as file:
-    json.dump({"bytes": N, "rounds": ROUNDS, "paths": rows}, file, indent=1)
+    json.dump({"bytes": N, "rounds": ROUNDS, "paths": rows, "cpu_seconds": cpus}, file, indent=1)
 daemon.stop()
