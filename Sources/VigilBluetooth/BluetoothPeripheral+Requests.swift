@@ -181,6 +181,6 @@ extension BluetoothPeripheral {
         if let address = central.assumeIsolated({ $0.tree.device(at: device)?.address }), !address.isEmpty { return address }
         // dev_AA_BB_CC_DD_EE_FF
         guard let last = device.rawValue.split(separator: "/").last, last.hasPrefix("dev_") else { return nil }
-        return last.dropFirst(4).replacingOccurrences(of: "_", with: ":")
+        return String(last.dropFirst(4).map { $0 == "_" ? ":" : $0 })
     }
 }

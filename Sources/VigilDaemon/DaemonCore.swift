@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Logging
 import VigilBluetooth
 import VigilLifecycle
@@ -129,7 +130,7 @@ actor DaemonCore {
                 let own = (try? Cgroup.ofSelf()) ?? "/"
                 root = mount + (own == "/" ? "" : own) + "/vigil"
             }
-            if Cgroup.isUsable(at: (root as NSString).deletingLastPathComponent) || Cgroup.isUsable(at: root) {
+            if Cgroup.isUsable(at: parentDirectory(of: root)) || Cgroup.isUsable(at: root) {
                 do {
                     return try CgroupSuspender(root: Cgroup(path: root), mountPoint: mount)
                 } catch {

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import VigilProtocol
 
 /// A log of records on disk, so it lasts across restarts: `<name>.jsonl` in

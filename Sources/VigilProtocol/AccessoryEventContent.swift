@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// Loss a serial device reported for a session (`session.loss`): counts since
 /// the previous report, or totals since the open in `SessionInfo`.

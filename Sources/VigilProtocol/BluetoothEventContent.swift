@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// The typed reading of an event (for apps) or a `blePush` (for control
 /// clients) whose kind is one of `BluetoothEventKind`: attributes are flat

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// A message of the local protocol: a JSON header with a fixed `type`.
 ///

@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import Logging
 import VigilDaemon
 import VigilLifecycle
@@ -96,13 +97,13 @@ struct Vigild: ParsableCommand {
     }
 
     private static func requireParentDirectory(of path: String) throws {
-        let parent = (path as NSString).deletingLastPathComponent
+        let parent = parentDirectory(of: path)
         guard !parent.isEmpty else { return }
-        var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: parent, isDirectory: &isDirectory) else {
+        var status = stat()
+        guard stat(parent, &status) == 0 else {
             throw ValidationError("the socket's folder \(parent) does not exist: create it first (vigild creates only its default folder)")
         }
-        guard isDirectory.boolValue else {
+        guard (status.st_mode & S_IFMT) == S_IFDIR else {
             throw ValidationError("the socket's folder \(parent) is not a folder")
         }
     }

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import VigilAccessories
 import VigilLifecycle
 import VigilProtocol
@@ -86,7 +87,7 @@ extension DaemonCore {
             sysPath: device.sysPath, devNode: node, properties: device.properties, devLinks: device.devLinks,
             usb: device.usb.map {
                 USBIdentity(
-                    vendorID: String(format: "%04x", $0.vendorID), productID: String(format: "%04x", $0.productID),
+                    vendorID: hex4($0.vendorID), productID: hex4($0.productID),
                     serialNumber: $0.serialNumber, manufacturer: $0.manufacturer, product: $0.product, revision: $0.deviceRevision)
             })
         guard let accessory = accessoryState.registry.added(observation) else { return }

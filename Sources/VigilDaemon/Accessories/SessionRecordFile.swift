@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import VigilAccessories
 
 /// `<state-dir>/sessions.json`: the apps' open sessions, so that the next

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import VigilSystem
 
 /// What the next daemon needs to adopt an app's process after this one has

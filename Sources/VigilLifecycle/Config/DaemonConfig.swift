@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import VigilProtocol
 
 /// Where apps' standard output and error go.
@@ -172,7 +173,7 @@ public struct DaemonConfig: Sendable, Equatable {
     public static func parse(_ bytes: [UInt8], file: String, defaults: DaemonConfig) throws(ManifestProblem) -> DaemonConfig {
         let fields = try TOMLFields.parse(bytes, file: file)
         try fields.rejectUnknownKeys(allowed: knownFields)
-        let base = (file as NSString).deletingLastPathComponent
+        let base = parentDirectory(of: file)
         func resolve(_ path: String) -> String { path.hasPrefix("/") ? path : base + "/" + path }
 
         var config = defaults

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import VigilProtocol
 
 /// An event waiting for, or delivered to and not yet acknowledged by, an app.

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import VigilProtocol
 
 /// Reads every `*.toml` manifest from a list of directories.
@@ -26,7 +27,7 @@ public enum ManifestLoader {
             } catch {
                 // A missing directory is normal (no per-user apps); others are worth saying.
                 if FileManager.default.fileExists(atPath: directory) {
-                    problems.append(ManifestProblem(file: directory, field: nil, message: "cannot list directory: \(error.localizedDescription)"))
+                    problems.append(ManifestProblem(file: directory, field: nil, message: "cannot list directory: \(error)"))
                 }
                 continue
             }
