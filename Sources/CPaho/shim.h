@@ -13,7 +13,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 // Names the calling thread (top, /proc/PID/task/*/status) as vigild's others are.
@@ -39,14 +44,28 @@ static inline MQTTClient_message vigil_mqtt_message(void) {
 // The persistence store: one file per key in `directory`, written to a
 // temporary name and renamed, fdatasync'd first (and the folder fsync'd after
 // the rename) when `sync` is set. Paho stores a received QoS 1 message here
-// (keys "q-N") before it sends PUBACK and removes it once messageArrived has
-// returned true (MQTTProtocol_handlePublishes, Protocol_processPublication
-// and MQTTClient_run in Paho 1.3.12). Keys of messages Paho sends ("s-",
-// "sc-", ...) are not stored: vigild's own outbox keeps those across restarts,
-// and keeping them twice would only resend them twice.
+// (keys "q-N") before it sends PUBACK (MQTTProtocol_handlePublishes and
+// Protocol_processPublication in Paho 1.3.12), and removes it when
+// MQTTClient_receive hands the message out (MQTTClient_deliverMessage). That
+// is before vigild has journaled it, so the store does not delete a "q-" key
+// then: it remembers it (`deferred`) until vigil_mqtt_store_commit, which the
+// receive thread calls once vigild has the message. A SIGKILL in between
+// leaves the file, and Paho restores it at the next start: a documented
+// duplicate, never a loss. Keys of messages Paho sends ("s-", "sc-", ...) are
+// not stored: vigild's own outbox keeps those across restarts, and keeping
+// them twice would only resend them twice. Paho removes "s-N" exactly when
+// the broker's PUBACK for message id N arrives (MQTTProtocol_handlePubacks):
+// the store reports that through `delivered`, which is how vigild learns of
+// deliveries without Paho's deliveryComplete callback (which would need
+// Paho's polling receive thread).
+#define VIGIL_MQTT_DEFERRED_MAX 64
 typedef struct {
     char directory[4096];
     int sync;
+    char deferred[VIGIL_MQTT_DEFERRED_MAX][16];
+    int deferredCount;
+    void (*delivered)(void *context, int messageID);
+    void *context;
 } vigil_mqtt_store;
 
 static inline int vigil_mqtt_store_keeps(const char *key) {
@@ -120,12 +139,36 @@ static inline int vigil_mqtt_store_get(void *handle, char *key, char **buffer, i
     return 0;
 }
 
-static inline int vigil_mqtt_store_remove(void *handle, char *key) {
-    vigil_mqtt_store *store = handle;
+static inline int vigil_mqtt_store_unlink(vigil_mqtt_store *store, const char *key) {
     char path[4200];
     if (vigil_mqtt_store_path(store, key, "", path, sizeof path)) return MQTTCLIENT_PERSISTENCE_ERROR;
     unlink(path);
     return 0;
+}
+
+static inline int vigil_mqtt_store_remove(void *handle, char *key) {
+    vigil_mqtt_store *store = handle;
+    if (key[0] == 's' && key[1] == '-') {
+        // The PUBACK for a message we published (Paho removes "s5-", "sc5-",
+        // "s-", "sc-" in that order for each; only "s-" is reported).
+        if (store->delivered) store->delivered(store->context, atoi(key + 2));
+        return 0;
+    }
+    if (key[0] == 'q' && key[1] == '-') {
+        // Kept until vigil_mqtt_store_commit; with no room left, kept on
+        // disk until the next start (a duplicate, not a loss).
+        if (store->deferredCount < VIGIL_MQTT_DEFERRED_MAX && strlen(key) < sizeof store->deferred[0])
+            strcpy(store->deferred[store->deferredCount++], key);
+        return 0;
+    }
+    return vigil_mqtt_store_unlink(store, key);
+}
+
+/// Deletes the received messages Paho handed out since the last commit
+/// (the caller has them safe elsewhere now).
+static inline void vigil_mqtt_store_commit(vigil_mqtt_store *store) {
+    for (int i = 0; i < store->deferredCount; i++) vigil_mqtt_store_unlink(store, store->deferred[i]);
+    store->deferredCount = 0;
 }
 
 static inline int vigil_mqtt_store_keys(void *handle, char ***keys, int *nkeys) {
@@ -156,7 +199,7 @@ static inline int vigil_mqtt_store_clear(void *handle) {
     char **keys;
     int count;
     if (vigil_mqtt_store_keys(handle, &keys, &count) != 0) return MQTTCLIENT_PERSISTENCE_ERROR;
-    for (int i = 0; i < count; i++) { vigil_mqtt_store_remove(handle, keys[i]); free(keys[i]); }
+    for (int i = 0; i < count; i++) { vigil_mqtt_store_unlink(handle, keys[i]); free(keys[i]); }
     free(keys);
     return 0;
 }
@@ -182,6 +225,63 @@ static inline MQTTClient_persistence vigil_mqtt_persistence(vigil_mqtt_store *st
     persistence.pclear = vigil_mqtt_store_clear;
     persistence.pcontainskey = vigil_mqtt_store_containskey;
     return persistence;
+}
+
+// The receive thread's wait (MQTTConnection): an eventfd to wake it, and
+// Paho's socket, found after MQTTClient_connect (Paho 1.3.12 has no call that
+// returns it) as the one TCP socket to the broker's port that is new: its
+// inode was not among those before the connect.
+static inline int vigil_mqtt_eventfd(void) { return eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); }
+
+static inline void vigil_mqtt_wake(int fd) {
+    uint64_t one = 1;
+    ssize_t rc = write(fd, &one, sizeof one);
+    (void)rc;
+}
+
+/// Waits until `wake` is signalled (drained here), `sock` is readable
+/// (ignored when negative) or `timeout_ms` passed (-1: no limit).
+static inline int vigil_mqtt_wait(int wake, int sock, int timeout_ms) {
+    struct pollfd fds[2] = {{.fd = wake, .events = POLLIN}, {.fd = sock, .events = POLLIN}};
+    int rc = poll(fds, sock >= 0 ? 2 : 1, timeout_ms);
+    if (rc > 0 && (fds[0].revents & POLLIN)) {
+        uint64_t count;
+        ssize_t n = read(wake, &count, sizeof count);
+        (void)n;
+    }
+    return rc;
+}
+
+/// The inodes of this process's connected TCP sockets whose peer port is
+/// `port`, with their fds; returns how many (at most `max`).
+static inline int vigil_mqtt_tcp_sockets(int port, int *fds, unsigned long *inodes, int max) {
+    DIR *dir = opendir("/proc/self/fd");
+    if (!dir) return 0;
+    int count = 0;
+    struct dirent *entry;
+    while ((entry = readdir(dir)) != NULL && count < max) {
+        if (entry->d_name[0] == '.') continue;
+        int fd = atoi(entry->d_name);
+        if (fd == dirfd(dir)) continue;
+        struct stat info;
+        if (fstat(fd, &info) != 0 || !S_ISSOCK(info.st_mode)) continue;
+        int type = 0;
+        socklen_t length = sizeof type;
+        if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length) != 0 || type != SOCK_STREAM) continue;
+        struct sockaddr_storage peer;
+        socklen_t peerLength = sizeof peer;
+        if (getpeername(fd, (struct sockaddr *)&peer, &peerLength) != 0) continue;
+        int peerPort;
+        if (peer.ss_family == AF_INET) peerPort = ntohs(((struct sockaddr_in *)&peer)->sin_port);
+        else if (peer.ss_family == AF_INET6) peerPort = ntohs(((struct sockaddr_in6 *)&peer)->sin6_port);
+        else continue;
+        if (peerPort != port) continue;
+        fds[count] = fd;
+        inodes[count] = (unsigned long)info.st_ino;
+        count++;
+    }
+    closedir(dir);
+    return count;
 }
 
 #endif

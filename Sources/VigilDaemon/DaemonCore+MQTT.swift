@@ -4,8 +4,9 @@ import VigilMQTT
 import VigilProtocol
 import VigilSystem
 
-/// Paho's thread waits here until the loop has the message safe (or gives up:
-/// Paho then keeps the message and offers it again).
+/// The MQTT receive thread (`vigild-mqtt`) waits here until the loop has the
+/// message safe (or gives up: the store then keeps its copy and the thread
+/// offers the message again).
 private final class Handoff: @unchecked Sendable {
     private let condition = NSCondition()
     private var result: Bool?
@@ -104,8 +105,8 @@ extension DaemonCore {
 
     // MARK: Push wakes
 
-    /// A message from Paho's thread: true once it is queued for its apps and
-    /// journaled (or held); false to have Paho keep it.
+    /// A message from the MQTT receive thread: true once it is queued for its
+    /// apps and journaled (or held); false to have the store keep it.
     func mqttArrived(_ message: MQTTIncoming) -> Bool {
         guard let mqtt, !stopping else { return false }
         let targets = engine.apps.values.filter { app in

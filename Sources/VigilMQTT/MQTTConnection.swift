@@ -4,16 +4,21 @@ import Foundation
 /// One connection to an MQTT broker through Eclipse Paho's synchronous
 /// MQTTClient API, kept up for as long as it runs (docs/fleet.md).
 ///
-/// Threads: Paho's own receive thread (started by `MQTTClient_connect` once
-/// callbacks are set) calls `onMessage` and reports deliveries; a connector
-/// thread of ours makes the blocking connect and subscribe calls and retries
-/// with backoff, and otherwise sleeps on a condition (no wake-ups). Neither
-/// touches the caller's state: events go out through `onEvent`, and
-/// `onMessage` must return only once the message is safe elsewhere, because
-/// Paho then deletes its own persisted copy (the broker already has its
-/// PUBACK: Paho persists the message before sending it).
-///
-/// `publish` may be called from any thread.
+/// Threads: no Paho callbacks are set, so Paho starts no thread of its own
+/// (its `MQTTClient_run` thread polls every 100 ms: ten wake-ups a second).
+/// One thread of ours (`vigild-mqtt`) makes every call that reads from the
+/// socket: connect and subscribe (with backoff), and `MQTTClient_receive`
+/// with a timeout of 0, each time `poll()` says Paho's socket has data, the
+/// caller woke it (eventfd), or a keep-alive ping is due. So an idle
+/// connection costs about two wake-ups per keep-alive interval (the ping
+/// and its PINGRESP). `publish` may be called from any thread (Paho's
+/// mutexes allow it alongside the receive thread). A message goes to
+/// `onMessage`, which must return only once the message is safe elsewhere:
+/// `MQTTClient_receive` has already asked the store to delete its persisted
+/// copy, and the store keeps that copy until `onMessage` accepted it
+/// (`vigil_mqtt_store_commit`); the broker already has its PUBACK. Events
+/// (connected, lost, delivered: the store reports each PUBACK for our
+/// publishes) go out through `onEvent`.
 public final class MQTTConnection: @unchecked Sendable {
     public let options: MQTTClientOptions
     private let onEvent: @Sendable (MQTTEvent) -> Void
@@ -21,6 +26,9 @@ public final class MQTTConnection: @unchecked Sendable {
     private var client: MQTTClient?
     private let store: UnsafeMutablePointer<vigil_mqtt_store>
     private let persistence: UnsafeMutablePointer<MQTTClient_persistence>
+    /// Wakes the receive thread (subscriptions changed, a publish, stop).
+    private let wakeFD: Int32
+    private let brokerPort: Int32
 
     // Guarded by `condition`.
     private let condition = NSCondition()
@@ -29,6 +37,16 @@ public final class MQTTConnection: @unchecked Sendable {
     private var connected = false
     private var stopping = false
     private var started = false
+    /// Published and not yet acknowledged (the socket is then checked at
+    /// least every `busyPoll` ms, so a partly written message goes on).
+    private var inFlight: Set<Int32> = []
+    /// PUBACKs the receive thread saw before `publish` had its token.
+    private var early: Set<Int32> = []
+    private var lastPublish: UInt64 = 0
+
+    /// How often the receive thread looks at the socket while exports are in
+    /// flight or a message waits to be accepted, in ms.
+    static let busyPoll: Int32 = 500
 
     /// Creates the client; Paho restores the messages its store kept (they
     /// reach `onMessage` once connected).
@@ -39,11 +57,14 @@ public final class MQTTConnection: @unchecked Sendable {
         self.options = options
         self.onEvent = onEvent
         self.onMessage = onMessage
+        self.brokerPort = Self.port(of: options.serverURI)
         do {
             try FileManager.default.createDirectory(atPath: options.storeDirectory, withIntermediateDirectories: true)
         } catch {
             throw MQTTError(code: -2, "cannot create \(options.storeDirectory): \(error)")
         }
+        wakeFD = vigil_mqtt_eventfd()
+        guard wakeFD >= 0 else { throw MQTTError(code: -2, "cannot create an eventfd: errno \(errno)") }
         store = .allocate(capacity: 1)
         store.initialize(to: vigil_mqtt_store())
         withUnsafeMutableBytes(of: &store.pointee.directory) { buffer in
@@ -59,11 +80,8 @@ public final class MQTTConnection: @unchecked Sendable {
             throw MQTTError(code: rc, "cannot create an MQTT client for \(options.serverURI): \(Self.describe(rc))")
         }
         client = handle
-        let context = Unmanaged.passUnretained(self).toOpaque()
-        let callbacks = MQTTClient_setCallbacks(handle, context, mqttConnectionLost, mqttMessageArrived, mqttDeliveryComplete)
-        guard callbacks == MQTTCLIENT_SUCCESS else {
-            throw MQTTError(code: callbacks, "cannot set the MQTT callbacks: \(Self.describe(callbacks))")
-        }
+        store.pointee.context = Unmanaged.passUnretained(self).toOpaque()
+        store.pointee.delivered = mqttDelivered
     }
 
     /// Starts connecting (and reconnecting) on a thread of its own.
@@ -74,7 +92,7 @@ public final class MQTTConnection: @unchecked Sendable {
         started = true
         let thread = Thread { [self] in
             vigil_mqtt_name_thread("vigild-mqtt")
-            connector()
+            receiver()
         }
         thread.start()
     }
@@ -84,8 +102,8 @@ public final class MQTTConnection: @unchecked Sendable {
     public func subscribe(to filters: Set<String>) {
         condition.lock()
         wanted = filters
-        condition.signal()
         condition.unlock()
+        vigil_mqtt_wake(wakeFD)
     }
 
     public var isConnected: Bool {
@@ -107,25 +125,27 @@ public final class MQTTConnection: @unchecked Sendable {
             return MQTTClient_publishMessage(client, topic, &message, &token)
         }
         guard rc == MQTTCLIENT_SUCCESS else { return .failure(MQTTError(code: rc, Self.describe(rc))) }
+        condition.lock()
+        if early.remove(token) == nil { inFlight.insert(token) }
+        lastPublish = Self.now()
+        condition.unlock()
+        // The receive thread picks up the PUBACK when it arrives; woken now,
+        // it also goes on with a write Paho could not finish at once.
+        vigil_mqtt_wake(wakeFD)
         return .success(token)
     }
 
     /// Disconnects (the broker keeps the session: clean session off) and ends
-    /// the connector; returns at once. From now on messages are refused
-    /// (Paho keeps them in its store for the next start). The disconnect runs
-    /// on a thread of its own: Paho waits for its receive thread, which may
-    /// be waiting in `onMessage` for the caller. The Paho handle itself lives
-    /// until the process ends.
+    /// the receive thread; returns at once. From now on messages are refused
+    /// (the store keeps them for the next start). The Paho handle itself
+    /// lives until the process ends.
     public func stop() {
         condition.lock()
+        let running = started && !stopping
         stopping = true
         connected = false
-        condition.signal()
         condition.unlock()
-        guard let client = UncheckedClient(handle: client) else { return }
-        Thread {
-            MQTTClient_disconnect(client.handle, 200)
-        }.start()
+        if running { vigil_mqtt_wake(wakeFD) }
     }
 
     static func describe(_ rc: Int32) -> String {
@@ -133,55 +153,216 @@ public final class MQTTConnection: @unchecked Sendable {
         return "error \(rc)"
     }
 
-    // MARK: The connector thread
+    /// The broker's port, from `scheme://host:port[/path]` (1883, or 8883
+    /// with TLS, when none is given).
+    public static func port(of uri: String) -> Int32 {
+        let afterScheme = uri.range(of: "://").map { uri[$0.upperBound...] } ?? uri[...]
+        let authority = afterScheme.prefix { $0 != "/" }
+        if let colon = authority.lastIndex(of: ":"), !authority.hasSuffix("]"),
+           let port = Int32(authority[authority.index(after: colon)...]) {
+            return port
+        }
+        return uri.hasPrefix("ssl://") || uri.hasPrefix("mqtts://") ? 8883 : 1883
+    }
 
-    private func connector() {
-        var backoff = options.minimumRetry
+    /// CLOCK_MONOTONIC in ms.
+    static func now() -> UInt64 {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return UInt64(time.tv_sec) * 1000 + UInt64(time.tv_nsec) / 1_000_000
+    }
+
+    private var isStopping: Bool {
         condition.lock()
-        while !stopping {
-            if !connected {
-                condition.unlock()
+        defer { condition.unlock() }
+        return stopping
+    }
+
+    // MARK: The receive thread
+
+    private func receiver() {
+        guard let client else { return }
+        var backoff = options.minimumRetry
+        var socket: Int32 = -1
+        var subscribeRetry: UInt64 = 0  // when to try a refused subscription again (0: not waiting)
+        var waiting: MQTTIncoming?  // received, not yet accepted by onMessage
+        var lastCall = Self.now()  // the end of our last call into Paho
+        // Connect, subscribe and yield read packets too, and Paho queues the
+        // messages among them (and those restored from the store): poll()
+        // would not wake for those, so they are taken at once.
+        var queued = false
+        while !isStopping {
+            if !isConnected {
+                let before = sockets()
                 let result = connect()
-                condition.lock()
-                if stopping { break }
+                if isStopping { break }
                 switch result {
                 case .success(let sessionPresent):
-                    connected = true
-                    subscribed = []
-                    backoff = options.minimumRetry
-                    condition.unlock()
-                    let problem = applySubscriptions()
+                    socket = newSocket(since: before)
                     condition.lock()
-                    if let problem { onEventUnlocked(.subscribeFailed(problem)) }
-                    if connected { onEventUnlocked(.connected(sessionPresent: sessionPresent)) }
+                    connected = !stopping
+                    subscribed = []
+                    inFlight = []
+                    early = []
+                    condition.unlock()
+                    backoff = options.minimumRetry
+                    subscribeRetry = 0
+                    if let problem = applySubscriptions() {
+                        onEvent(.subscribeFailed(problem))
+                        subscribeRetry = Self.now() + UInt64(options.maximumRetry * 1000)
+                    }
+                    lastCall = Self.now()
+                    queued = true
+                    if isConnected { onEvent(.connected(sessionPresent: sessionPresent)) }
                 case .failure(let error):
-                    onEventUnlocked(.connectFailed(error.description))
-                    _ = condition.wait(until: Date(timeIntervalSinceNow: backoff))
+                    onEvent(.connectFailed(error.description))
+                    _ = vigil_mqtt_wait(wakeFD, -1, Int32(backoff * 1000))
                     backoff = min(backoff * 2, options.maximumRetry)
                 }
                 continue
             }
-            if wanted != subscribed {
-                condition.unlock()
-                let problem = applySubscriptions()
-                condition.lock()
-                if let problem {
+            condition.lock()
+            let changed = wanted != subscribed
+            let busy = !inFlight.isEmpty
+            let published = lastPublish
+            condition.unlock()
+            if changed && (subscribeRetry == 0 || Self.now() >= subscribeRetry) {
+                if let problem = applySubscriptions() {
                     // Refused (an ACL, say): tried again later, or at the next change.
-                    onEventUnlocked(.subscribeFailed(problem))
-                    _ = condition.wait(until: Date(timeIntervalSinceNow: options.maximumRetry))
+                    onEvent(.subscribeFailed(problem))
+                    subscribeRetry = Self.now() + UInt64(options.maximumRetry * 1000)
+                } else {
+                    subscribeRetry = 0
                 }
-                continue
+                lastCall = Self.now()
+                queued = true
             }
-            condition.wait()
+
+            // Sleep until the socket has data, someone wakes us, or Paho's
+            // keep-alive check must run: it sends PINGREQ once nothing was
+            // sent for `keepAlive` s, and it runs in a receive call at most
+            // every keepAlive/10 s (5 s at most: retryLoopIntervalms). Every
+            // send of ours happens in a call that ends before `lastCall` or
+            // in `publish` (`published`), so sleeping until then + keepAlive
+            // is late by at most a few ms.
+            var timeout: Int64?  // nil: no limit
+            if options.keepAlive > 0 {
+                let due = max(lastCall, published) + UInt64(options.keepAlive) * 1000 + 50
+                timeout = Int64(due) - Int64(Self.now())
+            }
+            func cap(_ ms: Int64) { timeout = min(timeout ?? ms, ms) }
+            if socket < 0 { cap(100) }  // Paho's socket not found: look every 100 ms, as Paho's own thread would
+            if busy || waiting != nil { cap(Int64(Self.busyPoll)) }
+            if changed && subscribeRetry != 0 { cap(max(0, Int64(subscribeRetry) - Int64(Self.now()))) }
+            if queued { cap(0) }
+            queued = false
+            // While a message waits, newer ones stay in the socket (or Paho's
+            // queue): the socket is not watched then.
+            _ = vigil_mqtt_wait(wakeFD, waiting == nil ? socket : -1, timeout.map { Int32(clamping: max($0, 0)) } ?? -1)
+            if isStopping { break }
+
+            if let message = waiting {
+                // Refused before (the loop did not answer in time): offered
+                // again, and meanwhile Paho only answers pings when one is due
+                // (MQTTClient_yield: 100 ms of its polling, taking no message).
+                guard deliver(message) else {
+                    if options.keepAlive > 0, Self.now() >= max(lastCall, published) + UInt64(options.keepAlive) * 1000 {
+                        MQTTClient_yield()
+                        lastCall = Self.now()
+                    }
+                    continue
+                }
+                waiting = nil
+            }
+            // Everything Paho has for us now: one packet per call. With TLS a
+            // packet may wait in OpenSSL's buffer, where poll() does not see
+            // it (a record holding several packets; Mosquitto writes one
+            // record per packet): a few more calls pick such packets up.
+            var spare = options.usesTLS ? 8 : 0
+            while true {
+                var topicName: UnsafeMutablePointer<CChar>?
+                var topicLength: Int32 = 0
+                var message: UnsafeMutablePointer<MQTTClient_message>?
+                let rc = MQTTClient_receive(client, &topicName, &topicLength, &message, 0)
+                lastCall = Self.now()
+                if let message, let topicName {
+                    let incoming = Self.incoming(topicName, topicLength, message)
+                    var pointer: UnsafeMutablePointer<MQTTClient_message>? = message
+                    MQTTClient_freeMessage(&pointer)
+                    MQTTClient_free(topicName)
+                    if !deliver(incoming) {
+                        waiting = incoming
+                        break
+                    }
+                    continue
+                }
+                if rc != MQTTCLIENT_SUCCESS && rc != MQTTCLIENT_TOPICNAME_TRUNCATED || MQTTClient_isConnected(client) == 0 {
+                    lost(rc == MQTTCLIENT_SUCCESS ? "the connection was lost" : Self.describe(rc))
+                    socket = -1
+                    break
+                }
+                if spare == 0 { break }
+                spare -= 1
+            }
         }
-        condition.unlock()
+        // Stopping: the broker keeps the session; what is in the store stays there.
+        if MQTTClient_isConnected(client) != 0 { MQTTClient_disconnect(client, 200) }
     }
 
-    /// Calls `onEvent` with the condition's lock released (callers hold it).
-    private func onEventUnlocked(_ event: MQTTEvent) {
-        condition.unlock()
-        onEvent(event)
+    /// Hands a message to `onMessage`; once accepted, the store deletes its copy.
+    private func deliver(_ message: MQTTIncoming) -> Bool {
+        guard !isStopping, onMessage(message) else { return false }
+        vigil_mqtt_store_commit(store)
+        return true
+    }
+
+    private func lost(_ cause: String) {
         condition.lock()
+        let was = connected
+        connected = false
+        inFlight = []
+        early = []
+        let quitting = stopping
+        condition.unlock()
+        if was && !quitting { onEvent(.connectionLost(cause)) }
+    }
+
+    fileprivate func delivered(_ token: Int32) {
+        condition.lock()
+        if inFlight.remove(token) == nil { early.insert(token) }
+        condition.unlock()
+        onEvent(.delivered(token: token))
+    }
+
+    private static func incoming(
+        _ topicName: UnsafeMutablePointer<CChar>, _ topicLength: Int32, _ message: UnsafeMutablePointer<MQTTClient_message>
+    ) -> MQTTIncoming {
+        let topic: String
+        if topicLength > 0 {
+            topic = String(decoding: UnsafeRawBufferPointer(start: topicName, count: Int(topicLength)), as: UTF8.self)
+        } else {
+            topic = String(cString: topicName)
+        }
+        let payload = message.pointee.payload.map { [UInt8](UnsafeRawBufferPointer(start: $0, count: Int(message.pointee.payloadlen))) } ?? []
+        return MQTTIncoming(
+            topic: topic, payload: payload, qos: Int(message.pointee.qos), retained: message.pointee.retained != 0,
+            duplicate: message.pointee.dup != 0)
+    }
+
+    /// This process's TCP sockets to the broker's port (fd, inode).
+    private func sockets() -> [(fd: Int32, inode: UInt)] {
+        var fds = [Int32](repeating: -1, count: 16)
+        var inodes = [UInt](repeating: 0, count: 16)
+        let count = Int(vigil_mqtt_tcp_sockets(brokerPort, &fds, &inodes, 16))
+        return (0..<count).map { (fds[$0], inodes[$0]) }
+    }
+
+    /// Paho's socket after a connect: the one socket to the broker's port that
+    /// is new; -1 (look every 100 ms instead) if that is not exactly one.
+    private func newSocket(since before: [(fd: Int32, inode: UInt)]) -> Int32 {
+        let old = Set(before.map(\.inode))
+        let new = sockets().filter { !old.contains($0.inode) }
+        return new.count == 1 ? new[0].fd : -1
     }
 
     private func connect() -> Result<Bool, MQTTError> {
@@ -251,69 +432,11 @@ public final class MQTTConnection: @unchecked Sendable {
         defer { copies.forEach { free($0) } }
         return copies.withUnsafeBufferPointer { body($0.baseAddress!) }
     }
-
-    // MARK: Paho's callbacks (its receive thread)
-
-    fileprivate func lost(_ cause: String) {
-        condition.lock()
-        let was = connected
-        connected = false
-        condition.signal()
-        let quitting = stopping
-        condition.unlock()
-        if was && !quitting { onEvent(.connectionLost(cause)) }
-    }
-
-    fileprivate func arrived(_ message: MQTTIncoming) -> Bool {
-        condition.lock()
-        let quitting = stopping
-        condition.unlock()
-        return quitting ? false : onMessage(message)
-    }
-
-    fileprivate func delivered(_ token: Int32) { onEvent(.delivered(token: token)) }
 }
 
-/// Paho's handle, to hand to another thread (Paho locks around its use).
-private struct UncheckedClient: @unchecked Sendable {
-    let handle: MQTTClient
-    init?(handle: MQTTClient?) {
-        guard let handle else { return nil }
-        self.handle = handle
-    }
-}
-
-private func connection(_ context: UnsafeMutableRawPointer?) -> MQTTConnection {
-    Unmanaged<MQTTConnection>.fromOpaque(context!).takeUnretainedValue()
-}
-
-private let mqttConnectionLost: @convention(c) (UnsafeMutableRawPointer?, UnsafeMutablePointer<CChar>?) -> Void = { context, cause in
-    connection(context).lost(cause.map { String(cString: $0) } ?? "the connection was lost")
-}
-
-private let mqttDeliveryComplete: @convention(c) (UnsafeMutableRawPointer?, MQTTClient_deliveryToken) -> Void = { context, token in
-    connection(context).delivered(token)
-}
-
-/// Returns 1 once the message is safe with the caller (Paho then deletes its
-/// copy and frees), 0 to have Paho keep it and offer it again shortly.
-private let mqttMessageArrived: @convention(c) (
-    UnsafeMutableRawPointer?, UnsafeMutablePointer<CChar>?, Int32, UnsafeMutablePointer<MQTTClient_message>?
-) -> Int32 = { context, topicName, topicLength, message in
-    guard let topicName, let message else { return 1 }
-    let topic: String
-    if topicLength > 0 {
-        topic = String(decoding: UnsafeRawBufferPointer(start: topicName, count: Int(topicLength)), as: UTF8.self)
-    } else {
-        topic = String(cString: topicName)
-    }
-    let payload = message.pointee.payload.map { [UInt8](UnsafeRawBufferPointer(start: $0, count: Int(message.pointee.payloadlen))) } ?? []
-    let incoming = MQTTIncoming(
-        topic: topic, payload: payload, qos: Int(message.pointee.qos), retained: message.pointee.retained != 0,
-        duplicate: message.pointee.dup != 0)
-    guard connection(context).arrived(incoming) else { return 0 }
-    var pointer: UnsafeMutablePointer<MQTTClient_message>? = message
-    MQTTClient_freeMessage(&pointer)
-    MQTTClient_free(topicName)
-    return 1
+/// The store's report of a PUBACK, on the thread whose Paho call read it (`vigild-mqtt`,
+/// or the loop inside a publish that had to wait), with Paho's mutex held.
+private let mqttDelivered: @convention(c) (UnsafeMutableRawPointer?, Int32) -> Void = { context, messageID in
+    guard let context else { return }
+    Unmanaged<MQTTConnection>.fromOpaque(context).takeUnretainedValue().delivered(messageID)
 }

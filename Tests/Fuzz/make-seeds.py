@@ -75,6 +75,12 @@ SAMPLES = [
     ('46-sessionClosed', '{"id":46,"reason":"the accessory was unplugged","session":3,"type":"sessionClosed"}', ''),
     ('47-watchAccessories', '{"id":47,"type":"watchAccessories"}', ''),
     ('48-accessoryEvent', '{"accessory":{"connectionID":7,"deviceNode":"/dev/ttyACM0","firmwareRevision":"1.02","hardwareRevision":"","lineSettings":"115200 8N1","manufacturer":"Vigil Lab","modelNumber":"VS-1","name":"Vigil Sensor","productID":"0001","protocolStrings":["org.example.sensor"],"serialNumber":"SN0001","sysPath":"/sys/devices/usb1/1-1/1-1:1.0/tty/ttyACM0","vendorID":"1209"},"change":"disconnected","type":"accessoryEvent"}', ''),
+    # MQTT export and push (docs/fleet.md): the payload is the frame's body.
+    ('49-mqtt.publish', '{"id":49,"topic":"fleet/gw1/org.example.logger/data","type":"mqtt.publish"}', '7b2274223a32312e357d'),
+    ('50-mqtt.publish', '{"id":50,"qos":1,"topic":"fleet/gw1/a","type":"mqtt.publish"}', ''),
+    ('51-mqtt.publish', '{"id":51,"qos":2,"topic":"fleet/+/bad/#","type":"mqtt.publish"}', '000102ff'),
+    ('52-reply', '{"connected":false,"id":52,"queued":3,"seq":1764100000000001,"type":"reply"}', ''),
+    ('53-event', '{"attributes":{"duplicate":false,"retained":false,"topic":"fleet/gw1/org.example.logger/cmd"},"id":53,"kind":"mqtt.message","redelivered":false,"seq":12,"type":"event"}', '7374617274'),
 ]
 
 # Bluetooth LE messages and protocol edge cases: name -> stream bytes.

@@ -11,10 +11,12 @@ app (mqtt_app.py), which records each event (fsync'd) before acknowledging it.
 import os
 import signal
 import threading
+import time
 import unittest
 
 import mqtt_broker
 from fault_harness import PYTHON, VIGILD, app_info, connect_control, daemon_with_app, read_jsonl, wait_for
+from test_idle_wakeups import thread_switches
 
 APP = "org.vigil.test.mqtt"
 MQTT_APP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mqtt_app.py")
@@ -94,6 +96,39 @@ class MQTTTests(unittest.TestCase):
         self.assertTrue(woken, self.control.log(app=APP))
         self.assertEqual(len({r["pid"] for r in read_jsonl(self.record) if r["kind"] == "hello"}), 1, "woken, not relaunched")
         self.assertTrue(wait_for(self.suspended, 30), "suspended again after its report")
+
+    def test_an_idle_connection_wakes_vigild_only_for_keepalive_pings(self):
+        """Paho's own receive thread (MQTTClient_run) polled every 100 ms: 10
+        wake-ups a second. vigild's receive thread sleeps until the socket has
+        data or a ping is due: with keepalive 5 s, about two wake-ups (the
+        ping, its PINGRESP) per 5 s, also after exports (while they are in
+        flight it looks more often). Counts, not timings: a slow machine
+        delays a wake-up, it does not add one. The connection must stay up
+        (the broker drops a client that sends nothing for 1.5 keep-alive
+        intervals), and a push after the quiet time still arrives."""
+        count = 20
+        self.start(publish_count=count, mqtt_extra="keepalive = 5\n")
+        self.wait_connected()
+        self.control.app_action("launch", APP)
+        self.assertTrue(wait_for(lambda: self.control.status()["mqtt"]["published"] >= count, 60),
+                        f"{self.control.status()['mqtt']}\n" + self.daemon.log_tail())
+        self.control.app_action("background", APP)
+        self.assertTrue(wait_for(self.suspended, 30), self.daemon.log_tail())
+        time.sleep(1)  # the state file's coalesced write
+        pid = self.daemon.process.pid
+        before = thread_switches(pid)
+        idle = 12
+        time.sleep(idle)
+        after = thread_switches(pid)
+        counts = {name: n - before.get(tid, (name, n))[1] for tid, (name, n) in after.items()}
+        self.assertEqual(set(counts), {"vigild", "vigild-loop", "vigild-mqtt"}, counts)
+        pings = idle // 5 + 1
+        self.assertLessEqual(sum(counts.values()), 3 * pings, f"{counts} over {idle} s\n" + self.daemon.log_tail())
+        self.assertEqual(counts["vigild-loop"] + counts["vigild"], 0, counts)
+        self.assertNotIn("connection lost", self.daemon_output())
+        self.assertEqual(self.daemon_output().count("MQTT: connected"), 1, "one connection, kept up by the pings")
+        self.broker.publish(PUSH + "/gw/cmd", "after the quiet")
+        self.assertTrue(wait_for(lambda: "after the quiet" in self.received_payloads(), 30), self.daemon.log_tail())
 
     def test_tls_with_a_client_certificate_and_a_password(self):
         self.start(password=PASSWORD)
@@ -256,9 +291,17 @@ class MQTTTests(unittest.TestCase):
         for payload, copies in seen.items():
             seqs = {c["seq"] for c in copies}
             fresh = [c for c in copies if not c["redelivered"]]
-            # vigild redelivers under the same seq; a new seq is a broker-side duplicate.
-            self.assertLessEqual(len(seqs), 2, f"{payload}: {copies}")
-            self.assertGreaterEqual(len(fresh), 1, f"{payload}: {copies}")
+            # vigild redelivers under the same seq. A new seq is a copy QoS 1
+            # allows (docs/fleet.md, "Duplicates"): the broker's resend (its
+            # PUBACK was lost: a SIGKILLed socket with unread data is reset),
+            # or the copy in Paho's store when vigild was killed after
+            # journaling the message and before deleting that copy; one
+            # message can get both.
+            self.assertLessEqual(len(seqs), 3, f"{payload}: {copies}")
+            # Only redelivered copies of one seq: vigild had journaled it as sent
+            # and was killed before the app read it; the restarted vigild sends
+            # it again, as `redelivered` (docs/protocol.md).
+            self.assertTrue(fresh or len(seqs) == 1, f"{payload}: {copies}")
 
 
 if __name__ == "__main__":
