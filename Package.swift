@@ -172,7 +172,7 @@ let package = Package(
         // MQTT (docs/fleet.md): Eclipse Paho's C client (CPaho, libpaho-mqtt-dev)
         // behind a typed connection, topic checks and the durable outbox (VigilMQTT).
         .systemLibrary(name: "CPaho", providers: [.apt(["libpaho-mqtt-dev"])]),
-        .target(name: "VigilMQTT", dependencies: ["CPaho"], swiftSettings: strict),
+        .target(name: "VigilMQTT", dependencies: ["CPaho", "VigilSystem"], swiftSettings: strict),
         .testTarget(name: "VigilMQTTTests", dependencies: ["VigilMQTT"], swiftSettings: strict),
 
         // L2CAP connection-oriented channels: libbluetooth's socket headers only

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import VigilLifecycle
 import VigilMQTT
 import VigilProtocol
@@ -8,7 +9,7 @@ import VigilSystem
 /// message safe (or gives up: the store then keeps its copy and the thread
 /// offers the message again).
 private final class Handoff: @unchecked Sendable {
-    private let condition = NSCondition()
+    private let condition = ConditionLock()
     private var result: Bool?
 
     func finish(_ value: Bool) {
@@ -21,7 +22,7 @@ private final class Handoff: @unchecked Sendable {
     func wait(seconds: Double) -> Bool {
         condition.lock()
         defer { condition.unlock() }
-        let deadline = Date(timeIntervalSinceNow: seconds)
+        let deadline = MonotonicInstant.now().advanced(by: .seconds(seconds))
         while result == nil {
             if !condition.wait(until: deadline) { break }
         }
@@ -39,7 +40,7 @@ extension DaemonCore {
                 logger.error("MQTT: cannot read the password file \(file); not connecting to \(broker)")
                 return
             }
-            password = String(text.trimmingCharacters(in: .newlines))
+            password = trimmed(text, \.isNewline)
         }
         let folder = config.stateDirectory + "/mqtt"
         let options = MQTTClientOptions(
@@ -88,7 +89,7 @@ extension DaemonCore {
 
     /// "vigil-" and the machine id's first 12 digits, else the host name.
     static func defaultMQTTClientID() -> String {
-        if let id = try? String(contentsOfFile: "/etc/machine-id", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines),
+        if let text = try? String(contentsOfFile: "/etc/machine-id", encoding: .utf8), case let id = trimmed(text, \.isWhitespace),
            id.count >= 12 {
             return "vigil-" + id.prefix(12)
         }
@@ -174,4 +175,12 @@ extension DaemonCore {
         }
         for seq in moved { mqtt.held.remove(seq) }
     }
+}
+
+/// `text` without the leading and trailing characters `drop` matches (as
+/// Foundation's `trimmingCharacters(in:)`, absent from FoundationEssentials:
+/// `isNewline` is `.newlines`, `isWhitespace` is `.whitespacesAndNewlines`).
+private func trimmed(_ text: String, _ drop: (Character) -> Bool) -> String {
+    guard let first = text.firstIndex(where: { !drop($0) }), let last = text.lastIndex(where: { !drop($0) }) else { return "" }
+    return String(text[first...last])
 }

@@ -1,5 +1,7 @@
 import CPaho
-import Foundation
+import FoundationEssentials
+import Glibc
+import VigilSystem
 
 /// One connection to an MQTT broker through Eclipse Paho's synchronous
 /// MQTTClient API, kept up for as long as it runs (docs/fleet.md).
@@ -30,8 +32,8 @@ public final class MQTTConnection: @unchecked Sendable {
     private let wakeFD: Int32
     private let brokerPort: Int32
 
-    // Guarded by `condition`.
-    private let condition = NSCondition()
+    // Guarded by `condition` (used as a lock only: nothing waits on it).
+    private let condition = ConditionLock()
     private var wanted: Set<String> = []
     private var subscribed: Set<String> = []
     private var connected = false
@@ -90,11 +92,18 @@ public final class MQTTConnection: @unchecked Sendable {
         defer { condition.unlock() }
         guard !started else { return }
         started = true
-        let thread = Thread { [self] in
+        // A detached pthread (Foundation's `Thread` is not in FoundationEssentials);
+        // it holds the connection until `receiver` returns.
+        let context = Unmanaged.passRetained(self).toOpaque()
+        var handle = pthread_t()
+        let result = pthread_create(&handle, nil, { context in
+            let connection = Unmanaged<MQTTConnection>.fromOpaque(context!).takeRetainedValue()
             vigil_mqtt_name_thread("vigild-mqtt")
-            receiver()
-        }
-        thread.start()
+            connection.receiver()
+            return nil
+        }, context)
+        precondition(result == 0, "pthread_create: \(result)")
+        pthread_detach(handle)
     }
 
     /// The filters to be subscribed to (QoS 1); applied now when connected,
@@ -156,7 +165,7 @@ public final class MQTTConnection: @unchecked Sendable {
     /// The broker's port, from `scheme://host:port[/path]` (1883, or 8883
     /// with TLS, when none is given).
     public static func port(of uri: String) -> Int32 {
-        let afterScheme = uri.range(of: "://").map { uri[$0.upperBound...] } ?? uri[...]
+        let afterScheme = uri.firstRange(of: "://").map { uri[$0.upperBound...] } ?? uri[...]
         let authority = afterScheme.prefix { $0 != "/" }
         if let colon = authority.lastIndex(of: ":"), !authority.hasSuffix("]"),
            let port = Int32(authority[authority.index(after: colon)...]) {

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// A durable FIFO of MQTT messages (docs/fleet.md). Two of them: the
 /// outbox (messages apps publish, kept until the broker has them) and the
