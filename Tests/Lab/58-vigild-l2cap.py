@@ -134,6 +134,9 @@ log(f"1. control role: unserved PSM refused, 5000 bytes byte-exact (send MTU {ch
     f"receive MTU {channel['receiveMTU']}), closed at the peer")
 
 # vigilctl ble l2cap open: stdin to the channel, EOF closes it.
+# Bumble keeps a closed channel's CID taken while its link lasts ("source CID 64
+# already in use" refused vigilctl's channel): wait for the link to go first.
+wait_count(peer, "disconnected", 1, 30, "link down after the control channel")
 sent_bytes = bytes((i + 7) % 253 for i in range(3000))
 vigilctl = subprocess.run([acc.VIGILCTL, "ble", "l2cap", "open", ADDRESS, hex(PSM), "--socket", daemon.socket],
                           input=sent_bytes, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)

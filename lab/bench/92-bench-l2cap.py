@@ -118,6 +118,7 @@ def vigild_round(peer, daemon, offset, start_of_pattern, path):
     peer's pattern from `start_of_pattern` (it starts at 0 on each channel)."""
     start = time.monotonic()
     daemon_cpu, app_cpu = cpu_seconds(vigild_pid()), cpu_seconds(app_pid(daemon))
+    events_before = len(daemon.records_of(APP, "data"))
     peer.command(f"send {N}")
     while app_size() < offset + N:
         if time.monotonic() - start > 600:
@@ -126,6 +127,7 @@ def vigild_round(peer, daemon, offset, start_of_pattern, path):
     elapsed = time.monotonic() - start
     cpus[path].append(cpu_seconds(vigild_pid()) - daemon_cpu)
     cpus[path + " (app)"].append(cpu_seconds(app_pid(daemon)) - app_cpu)
+    events[path].append(len(daemon.records_of(APP, "data")) - events_before)  # the app records each session.data
     with open(DATA, "rb") as file:
         file.seek(offset)
         if file.read(N) != pattern(start_of_pattern, N):
@@ -146,6 +148,7 @@ ctl = daemon.control
 daemon.wait(lambda: ctl.request("ble.state")["state"] == "poweredOn", 60, "hci0 powered on")
 
 times = {"direct": [], "vigild, awake": [], "vigild, frozen": []}
+events = {"vigild, awake": [], "vigild, frozen": []}
 cpus = {"direct": [], "vigild, awake": [], "vigild, awake (app)": [], "vigild, frozen": [], "vigild, frozen (app)": []}
 opened = 0
 for round_ in range(ROUNDS):
@@ -185,7 +188,10 @@ for row in rows:
 print(f"\nCPU seconds per path and round (median; the direct client's is its recv loop, vigild's its whole process)")
 for path, values in cpus.items():
     print(f"{path:<22} {statistics.median(values):>7.3f}")
+print(f"\nsession.data events per path and round (median; rounds)")
+for path, values in events.items():
+    print(f"{path:<22} {statistics.median(values):>7.0f}  {values}")
 results = os.environ.get("VIGIL_LAB_RESULTS", "/tmp")
 with open(os.path.join(results, "l2cap-bench.json"), "w") as file:
-    json.dump({"bytes": N, "rounds": ROUNDS, "paths": rows, "cpu_seconds": cpus}, file, indent=1)
+    json.dump({"bytes": N, "rounds": ROUNDS, "paths": rows, "cpu_seconds": cpus, "data_events": events}, file, indent=1)
 daemon.stop()

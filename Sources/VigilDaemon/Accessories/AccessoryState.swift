@@ -57,6 +57,10 @@ final class OpenLog {
     var releaseTimer: TimerID?
     /// `written` when `releaseTimer` was armed: more since means not quiet.
     var writtenAtReleaseArm: UInt64 = 0
+    /// When the last data event was queued, and the timer that announces
+    /// what a streaming session read since (see `holdsAnnouncement`).
+    var lastAnnouncement: MonotonicInstant?
+    var announceTimer: TimerID?
 
     init(_ log: SessionLog) {
         self.log = log

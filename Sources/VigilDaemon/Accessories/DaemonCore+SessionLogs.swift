@@ -71,11 +71,14 @@ extension DaemonCore {
             if let connection = connections[connectionID] { send(SessionData(session: session), body: bytes, to: connection) }
         case let .app(app):
             if !all, engine.queuedEvents(of: app).contains(where: { $0.seq > acknowledging && Self.isData($0, of: session) }) { return }
+            if !all, holdsAnnouncement(session, open) { return }
+            if open.log.written > open.announced {
+                open.lastAnnouncement = .now()
+                if let timer = open.announceTimer { loop.cancelTimer(timer) }
+                open.announceTimer = nil
+            }
             while open.log.written > open.announced {
-                // At most a quarter of the ring per event: the daemon reads
-                // into the rest while the app handles this range (an event of
-                // the whole ring would make them take turns).
-                let length = min(open.log.written - open.announced, UInt64(min(Self.maxDataEventBytes, max(1, open.log.capacity / 4))))
+                let length = min(open.log.written - open.announced, UInt64(eventBytes(open)))
                 let event = QueuedEvent(
                     kind: AccessoryEventKind.data,
                     attributes: [
@@ -94,6 +97,39 @@ extension DaemonCore {
                 if !all { return }
             }
         }
+    }
+
+    /// Whether a streaming session's new bytes wait before they are
+    /// announced: only where `announceCoalescing` gives a window (L2CAP
+    /// channels), only while the last data event went out less than that
+    /// window ago, and only while they are less than one event's worth. A
+    /// lone read after a quiet spell is announced at once; a stream becomes
+    /// one event per window (a timer announces what came meanwhile) instead
+    /// of one per read, when an awake app acknowledges each event before the
+    /// next read.
+    private func holdsAnnouncement(_ session: Int, _ open: OpenLog) -> Bool {
+        guard let window = announceCoalescing(session), let last = open.lastAnnouncement else { return false }
+        let pending = open.log.written - open.announced
+        guard pending > 0, pending < UInt64(eventBytes(open)) else { return false }
+        let due = last.advanced(by: window)
+        guard MonotonicInstant.now() < due else { return false }
+        if open.announceTimer == nil {
+            open.announceTimer = loop.schedule(at: due) { [unowned self] in
+                self.assumeIsolated { core in
+                    guard let open = core.accessoryState.logs[session] else { return }
+                    open.announceTimer = nil
+                    core.announce(session)
+                }
+            }
+        }
+        return true
+    }
+
+    /// At most a quarter of the ring per event: the daemon reads into the
+    /// rest while the app handles this range (an event of the whole ring
+    /// would make them take turns).
+    private func eventBytes(_ open: OpenLog) -> Int {
+        min(Self.maxDataEventBytes, max(1, open.log.capacity / 4))
     }
 
     /// Before an app's acknowledgement up to `seq` is handled (and journaled):
@@ -152,6 +188,7 @@ extension DaemonCore {
         announce(session, all: true)
         guard let open = accessoryState.logs.removeValue(forKey: session) else { return }
         if let timer = open.releaseTimer { loop.cancelTimer(timer) }
+        if let timer = open.announceTimer { loop.cancelTimer(timer) }
         open.log.releaseAcknowledgedPages()
         if case let .app(app) = holder,
            engine.queuedEvents(of: app).contains(where: { Self.logRange(of: $0, session: session) != nil }) {

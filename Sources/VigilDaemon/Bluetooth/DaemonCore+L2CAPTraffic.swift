@@ -81,6 +81,21 @@ extension DaemonCore {
         announce(session)
     }
 
+    /// How long a streaming channel's bytes may wait to share a
+    /// `session.data` event (see `holdsAnnouncement`). An LE link brings an
+    /// SDU every few milliseconds, and an awake app acknowledged each event
+    /// before the next came: one event per SDU, ~400 per MiB, whose cost
+    /// (queue, journal, wake, the app's handling) was 30 times the direct
+    /// reader's CPU per byte. A lone SDU after a quiet spell goes at once.
+    static let channelAnnounceWindow: Duration = .milliseconds(100)
+
+    /// The window a session's announcements share, if any: channels only.
+    /// Serial sessions read a pty or UART in large reads and keep announcing
+    /// at once (docs/performance.md).
+    func announceCoalescing(_ session: Int) -> Duration? {
+        l2capState.channels[session] == nil ? nil : Self.channelAnnounceWindow
+    }
+
     /// Copies `bytes` into the log's free space (two pieces where the ring
     /// wraps); returns how many fitted.
     private func store(_ bytes: UnsafeRawBufferPointer, in log: SessionLog) -> Int {
