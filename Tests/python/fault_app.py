@@ -134,13 +134,21 @@ def main():
     record = Recorder(options.record)
     record(kind="started")
     time.sleep(options.start_delay)
+    return run_connected(record, options.socket, lambda app: serve(app, record, options))
+
+
+def run_connected(record, socket_path, serve_one):
+    """Connects and calls `serve_one(app)` until it returns False (exit 0),
+    connecting again whenever vigild drops the connection (it restarted, or
+    a request failed with the connection up); a refusal ends it (exit 1).
+    Shared with mqtt_app.py."""
     while True:
-        app = connect(record, options.socket)
+        app = connect(record, socket_path)
         if app is None:
             return 1
         try:
             with app:
-                if not serve(app, record, options):
+                if not serve_one(app):
                     return 0
         except ConnectionClosed as error:
             record(kind="dropped", error=error.message)

@@ -17,8 +17,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "clients", "python"))
 
-from fault_app import Recorder, connect  # noqa: E402
-from vigil_client import ConnectionClosed, Event, VigilError  # noqa: E402
+from fault_app import Recorder, run_connected  # noqa: E402
+from vigil_client import Event, VigilError  # noqa: E402
 
 
 def main():
@@ -30,37 +30,30 @@ def main():
     record = Recorder(options.record)
     record(kind="started")
     published = 0
-    while True:
-        app = connect(record, None)
-        if app is None:
-            return 1
-        try:
-            with app:
-                record(kind="hello", state=app.state, launch=app.launch)
-                while published < options.publish_count:
-                    try:
-                        reply = app.mqtt_publish(options.publish_topic, str(published))
-                        record(kind="queued", i=published, seq=reply["seq"], queuedCount=reply["queued"])
-                    except VigilError as error:
-                        if error.code in ("disconnected",):
-                            raise
-                        record(kind="refusedPublish", i=published, code=error.code, error=error.message)
-                    published += 1
-                for item in app.events():
-                    if not isinstance(item, Event):
-                        continue
-                    record(kind="event", seq=item.seq, eventKind=item.kind, topic=item.attributes.get("topic"),
-                           payload=item.payload.decode(errors="replace"), redelivered=item.redelivered,
-                           duplicate=item.attributes.get("duplicate"))
-                    app.ack(item.seq)
-                    app.finished_processing()
-        except ConnectionClosed as error:
-            record(kind="dropped", error=error.message)
-        except VigilError as error:
-            if error.code in ("unauthorized", "unsupportedVersion"):
-                record(kind="refused", code=error.code, error=error.message)
-                return 1
-            record(kind="dropped", error=f"{error.code}: {error.message}")
+
+    def serve(app):
+        nonlocal published
+        record(kind="hello", state=app.state, launch=app.launch)
+        while published < options.publish_count:
+            try:
+                reply = app.mqtt_publish(options.publish_topic, str(published))
+                record(kind="queued", i=published, seq=reply["seq"], queuedCount=reply["queued"])
+            except VigilError as error:
+                if error.code in ("disconnected",):
+                    raise
+                record(kind="refusedPublish", i=published, code=error.code, error=error.message)
+            published += 1
+        for item in app.events():
+            if not isinstance(item, Event):
+                continue
+            record(kind="event", seq=item.seq, eventKind=item.kind, topic=item.attributes.get("topic"),
+                   payload=item.payload.decode(errors="replace"), redelivered=item.redelivered,
+                   duplicate=item.attributes.get("duplicate"))
+            app.ack(item.seq)
+            app.finished_processing()
+        return True  # the event stream ended: vigild went; connect again
+
+    return run_connected(record, None, serve)
 
 
 if __name__ == "__main__":
