@@ -146,6 +146,17 @@ class AccessoryDaemonHarness(unittest.TestCase):
     def state(self, app):
         return next(a for a in self.control.apps() if a["id"] == app)["state"]
 
+    def vigild_pid(self):
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as file:
+                    argv = file.read().split(b"\0")
+            except OSError:
+                continue
+            if argv and argv[0].endswith(b"vigild") and self.socket.encode() in argv:
+                return int(pid)
+        self.fail("vigild's process not found")
+
 
 class AccessoryDaemonTests(AccessoryDaemonHarness):
     def test_accessory_sessions_through_suspension_unplug_and_replug(self):
@@ -207,6 +218,26 @@ class AccessoryDaemonTests(AccessoryDaemonHarness):
         self.wait_until(lambda: any(r["kind"] == "openFailed" for r in self.read(DFU_ONLY_APP)), "the refusal")
         failure = next(r for r in self.read(DFU_ONLY_APP) if r["kind"] == "openFailed")
         self.assertIn("does not declare", failure["error"])
+
+    def test_a_closed_session_leaves_no_log_and_no_descriptor_behind(self):
+        # closeSession used to close only the port: the session's log (a file,
+        # its descriptor and its mapping) stayed until vigild restarted.
+        connection_id = self.control.accessories()["accessories"][0]["connectionID"]
+        log_dir = f"{self.dir}/state/session-logs"
+        pid = self.vigild_pid()
+        descriptors = []
+        for round in range(4):
+            session = self.control.open_session(connection_id, "org.example.sensor")["session"]
+            self.device("write " + f"round {round}\n".encode().hex())
+            output = self.control.next_session_output(timeout=10)
+            self.assertIsNotNone(output, "no data from the device")
+            self.assertEqual((output.type, output.body), ("sessionData", f"round {round}\n".encode()))
+            self.assertIn(f"{session}.log", os.listdir(log_dir))
+            self.control.close_session(session)
+            self.assertEqual(os.listdir(log_dir), [], f"session {session}'s log is still there")
+            self.assertEqual(self.control.accessories()["sessions"], [])
+            descriptors.append(len(os.listdir(f"/proc/{pid}/fd")))
+        self.assertEqual(len(set(descriptors)), 1, f"vigild's descriptors after each close: {descriptors}")
 
 
 class SlowConsumerTests(AccessoryDaemonHarness):

@@ -38,9 +38,10 @@ extension DaemonCore {
             guard accessoryState.sessions.sessions[request.session]?.holder == holder else {
                 throw ProtocolError(.invalidArgument, "no session \(request.session) is held by this client", id: message.id)
             }
-            closePort(request.session)
-            cancelReopen(request.session)
-            accessoryState.sessions.close(request.session)
+            // As any other end of the session: its log retires (what it read
+            // and did not announce is still delivered) and the table is saved,
+            // so a restarted daemon does not open it again.
+            endSession(request.session, reason: "closed by its holder", keepForReopen: false, notify: false)
             send(Done(), id: message.id, to: connection)
         default:
             return false
