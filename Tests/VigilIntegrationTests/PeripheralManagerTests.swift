@@ -40,22 +40,10 @@ struct PeripheralManagerTests {
             subscribed: [SubscribedCharacteristic(service: Self.hrs, characteristic: Self.measurement)])
         fake.respond { $0.type == RegisterPeripheral.type ? Self.registered(.poweredOn, restored: restored) : nil }
         let app = try await Application.connect(socketPath: fake.path)
-        var appEvents = app.events.makeAsyncIterator()
-
-        fake.event(1, "test")
-        Self.event(fake, 2, .write(request: 5, service: Self.hrs, characteristic: Self.controlPoint, offset: 0, central: Self.central), body: [0x01])
-        Self.event(fake, 3, .read(request: 6, service: Self.hrs, characteristic: Self.measurement, offset: 0, central: nil))
-        fake.event(4, "test")
-
-        guard case let .event(first)? = await appEvents.next(), case let .event(fourth)? = await appEvents.next() else {
-            Issue.record("Application.events ended")
-            return
+        try await fake.expectManagerEventsHeld(by: app) {
+            Self.event(fake, 2, .write(request: 5, service: Self.hrs, characteristic: Self.controlPoint, offset: 0, central: Self.central), body: [0x01])
+            Self.event(fake, 3, .read(request: 6, service: Self.hrs, characteristic: Self.measurement, offset: 0, central: nil))
         }
-        #expect(first.seq == 1 && fourth.seq == 4)
-        app.acknowledge(fourth)
-        try await fake.waitFor("ack 1") { _ in fake.acks.contains(1) }
-        try await Task.sleep(for: .milliseconds(100))
-        #expect(fake.acks == [1])
 
         let manager = try await PeripheralManager(application: app, restoreIdentifier: "hrm")
         let registration = try #require(fake.received(RegisterPeripheral.type).first).decode(RegisterPeripheral.self)
