@@ -169,9 +169,11 @@ let package = Package(
         // central role shared by every app (scans, links, subscriptions).
         .target(name: "VigilBluetooth", dependencies: ["VigilDBus", "VigilProtocol", "VigilSystem"], swiftSettings: strict),
 
-        // MQTT (docs/fleet.md): Eclipse Paho's C client (CPaho, libpaho-mqtt-dev)
-        // behind a typed connection, topic checks and the durable outbox (VigilMQTT).
-        .systemLibrary(name: "CPaho", providers: [.apt(["libpaho-mqtt-dev"])]),
+        // MQTT (docs/fleet.md): Eclipse Paho's C client (CPaho: libpaho-mqtt-dev's
+        // headers; the library is opened with dlopen when [mqtt] is configured,
+        // so that a daemon without it maps no Paho or OpenSSL) behind a typed
+        // connection, topic checks and the durable outbox (VigilMQTT).
+        .target(name: "CPaho"),
         .target(name: "VigilMQTT", dependencies: ["CPaho", "VigilSystem"], swiftSettings: strict),
         .testTarget(name: "VigilMQTTTests", dependencies: ["VigilMQTT"], swiftSettings: strict),
 

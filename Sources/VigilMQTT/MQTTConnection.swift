@@ -60,6 +60,7 @@ public final class MQTTConnection: @unchecked Sendable {
         self.onEvent = onEvent
         self.onMessage = onMessage
         self.brokerPort = Self.port(of: options.serverURI)
+        try Self.loadPaho()
         do {
             try FileManager.default.createDirectory(atPath: options.storeDirectory, withIntermediateDirectories: true)
         } catch {
@@ -77,7 +78,7 @@ public final class MQTTConnection: @unchecked Sendable {
         persistence = .allocate(capacity: 1)
         persistence.initialize(to: vigil_mqtt_persistence(store))
         var handle: MQTTClient?
-        let rc = MQTTClient_create(&handle, options.serverURI, options.clientID, MQTTCLIENT_PERSISTENCE_USER, persistence)
+        let rc = vigil_paho_create(&handle, options.serverURI, options.clientID, MQTTCLIENT_PERSISTENCE_USER, persistence)
         guard rc == MQTTCLIENT_SUCCESS, let handle else {
             throw MQTTError(code: rc, "cannot create an MQTT client for \(options.serverURI): \(Self.describe(rc))")
         }
@@ -131,7 +132,7 @@ public final class MQTTConnection: @unchecked Sendable {
             message.payload = UnsafeMutableRawPointer(mutating: bytes.baseAddress)
             message.payloadlen = Int32(bytes.count)
             message.qos = 1
-            return MQTTClient_publishMessage(client, topic, &message, &token)
+            return vigil_paho_publishMessage(client, topic, &message, &token)
         }
         guard rc == MQTTCLIENT_SUCCESS else { return .failure(MQTTError(code: rc, Self.describe(rc))) }
         condition.lock()
@@ -157,8 +158,16 @@ public final class MQTTConnection: @unchecked Sendable {
         if running { vigil_mqtt_wake(wakeFD) }
     }
 
+    /// Opens Paho (once per process): it is not linked, so that a daemon
+    /// without `[mqtt]` never maps it or OpenSSL (CPaho.h says why).
+    static func loadPaho() throws(MQTTError) {
+        var message = [CChar](repeating: 0, count: 512)
+        guard vigil_paho_load(&message, message.count) != 0 else { return }
+        throw MQTTError(code: -2, String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
+    }
+
     static func describe(_ rc: Int32) -> String {
-        if let text = MQTTClient_strerror(rc) { return String(cString: text) }
+        if let text = vigil_paho_strerror(rc) { return String(cString: text) }
         return "error \(rc)"
     }
 
@@ -276,7 +285,7 @@ public final class MQTTConnection: @unchecked Sendable {
                 // (MQTTClient_yield: 100 ms of its polling, taking no message).
                 guard deliver(message) else {
                     if options.keepAlive > 0, Self.now() >= max(lastCall, published) + UInt64(options.keepAlive) * 1000 {
-                        MQTTClient_yield()
+                        vigil_paho_yield()
                         lastCall = Self.now()
                     }
                     continue
@@ -292,20 +301,20 @@ public final class MQTTConnection: @unchecked Sendable {
                 var topicName: UnsafeMutablePointer<CChar>?
                 var topicLength: Int32 = 0
                 var message: UnsafeMutablePointer<MQTTClient_message>?
-                let rc = MQTTClient_receive(client, &topicName, &topicLength, &message, 0)
+                let rc = vigil_paho_receive(client, &topicName, &topicLength, &message, 0)
                 lastCall = Self.now()
                 if let message, let topicName {
                     let incoming = Self.incoming(topicName, topicLength, message)
                     var pointer: UnsafeMutablePointer<MQTTClient_message>? = message
-                    MQTTClient_freeMessage(&pointer)
-                    MQTTClient_free(topicName)
+                    vigil_paho_freeMessage(&pointer)
+                    vigil_paho_free(topicName)
                     if !deliver(incoming) {
                         waiting = incoming
                         break
                     }
                     continue
                 }
-                if rc != MQTTCLIENT_SUCCESS && rc != MQTTCLIENT_TOPICNAME_TRUNCATED || MQTTClient_isConnected(client) == 0 {
+                if rc != MQTTCLIENT_SUCCESS && rc != MQTTCLIENT_TOPICNAME_TRUNCATED || vigil_paho_isConnected(client) == 0 {
                     lost(rc == MQTTCLIENT_SUCCESS ? "the connection was lost" : Self.describe(rc))
                     socket = -1
                     break
@@ -315,7 +324,7 @@ public final class MQTTConnection: @unchecked Sendable {
             }
         }
         // Stopping: the broker keeps the session; what is in the store stays there.
-        if MQTTClient_isConnected(client) != 0 { MQTTClient_disconnect(client, 200) }
+        if vigil_paho_isConnected(client) != 0 { vigil_paho_disconnect(client, 200) }
     }
 
     /// Hands a message to `onMessage`; once accepted, the store deletes its copy.
@@ -401,7 +410,7 @@ public final class MQTTConnection: @unchecked Sendable {
                 sslPointer.pointee.verify = 1  // the certificate must name the broker's host (or IP address)
                 connectOptions.ssl = sslPointer
             }
-            let rc = MQTTClient_connect(client, &connectOptions)
+            let rc = vigil_paho_connect(client, &connectOptions)
             guard rc == MQTTCLIENT_SUCCESS else {
                 return .failure(MQTTError(code: rc, "cannot connect to \(options.serverURI): \(Self.describe(rc))"))
             }
@@ -421,13 +430,13 @@ public final class MQTTConnection: @unchecked Sendable {
         var problem: String?
         if !added.isEmpty {
             var qos = [Int32](repeating: 1, count: added.count)
-            let rc = withCStrings(added) { MQTTClient_subscribeMany(client, Int32(added.count), $0, &qos) }
+            let rc = withCStrings(added) { vigil_paho_subscribeMany(client, Int32(added.count), $0, &qos) }
             if rc != MQTTCLIENT_SUCCESS || qos.contains(where: { $0 != 1 }) {
                 problem = "subscribing to \(added) failed: \(rc != MQTTCLIENT_SUCCESS ? Self.describe(rc) : "granted QoS \(qos)")"
             }
         }
         if problem == nil, !removed.isEmpty {
-            let rc = withCStrings(removed) { MQTTClient_unsubscribeMany(client, Int32(removed.count), $0) }
+            let rc = withCStrings(removed) { vigil_paho_unsubscribeMany(client, Int32(removed.count), $0) }
             if rc != MQTTCLIENT_SUCCESS { problem = "unsubscribing from \(removed) failed: \(Self.describe(rc))" }
         }
         condition.lock()

@@ -8,8 +8,11 @@ Real processes throughout: vigild, mosquitto, mosquitto_pub/_sub, and the
 app (mqtt_app.py), which records each event (fsync'd) before acknowledging it.
 """
 
+import glob
 import os
+import shutil
 import signal
+import subprocess
 import threading
 import time
 import unittest
@@ -96,6 +99,52 @@ class MQTTTests(unittest.TestCase):
         self.assertTrue(woken, self.control.log(app=APP))
         self.assertEqual(len({r["pid"] for r in read_jsonl(self.record) if r["kind"] == "hello"}), 1, "woken, not relaunched")
         self.assertTrue(wait_for(self.suspended, 30), "suspended again after its report")
+
+    def test_paho_and_openssl_are_mapped_only_with_mqtt(self):
+        """vigild opens Paho with dlopen when [mqtt] is configured (issue 12:
+        without it, neither Paho nor the OpenSSL it pulls in costs memory)."""
+        def mapped(pid):
+            with open(f"/proc/{pid}/maps") as maps:
+                names = {line.split()[-1] for line in maps if "/" in line}
+            return {os.path.basename(n) for n in names if any(k in n for k in ("libpaho", "libssl", "libcrypto"))}
+        plain, _, _ = daemon_with_app(self, "vigil-nomqtt-", APP, [PYTHON, MQTT_APP, "--record", "{record}"])
+        self.assertEqual(mapped(plain.process.pid), set(), "without [mqtt]")
+        self.start()
+        self.wait_connected()
+        loaded = mapped(self.daemon.process.pid)
+        for library in ("libpaho-mqtt3cs.so", "libssl.so"):
+            self.assertTrue(any(name.startswith(library) for name in loaded), f"{library} with [mqtt]: {loaded}")
+
+    @unittest.skipUnless(os.geteuid() == 0 and shutil.which("unshare"), "needs root and unshare (a mount namespace)")
+    def test_a_missing_paho_is_a_clear_error_and_vigild_runs_on(self):
+        """Paho hidden from vigild (an empty file bind-mounted over it in a
+        mount namespace of its own): the log says what is missing and how to
+        install it, and the daemon serves its clients without MQTT."""
+        found = glob.glob("/usr/lib/*/libpaho-mqtt3cs.so.1") + glob.glob("/lib/*/libpaho-mqtt3cs.so.1")
+        self.assertTrue(found, "libpaho-mqtt3cs.so.1 is not installed (scripts/setup)")
+        daemon, _, _ = daemon_with_app(self, "vigil-nopaho-", APP, [PYTHON, MQTT_APP, "--record", "{record}"], start=False)
+        with open(daemon.config, "a") as config:
+            config.write('[mqtt]\nbroker = "mqtt://127.0.0.1:1"\n')
+        output = os.path.join(daemon.root, "vigild-nopaho.log")
+        with open(output, "w") as log:
+            process = subprocess.Popen(
+                ["unshare", "--mount", "--propagation", "private", "sh", "-c", 'mount --bind /dev/null "$0" && exec "$@"',
+                 os.path.realpath(found[0]), VIGILD, "--socket", daemon.socket, "--config", daemon.config],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+
+        def stop():
+            process.terminate()
+            process.wait(30)
+        self.addCleanup(stop)
+        control = connect_control(daemon.socket)
+        self.addCleanup(control.close)
+
+        def text():
+            with open(output, errors="replace") as file:
+                return file.read()
+        self.assertTrue(wait_for(lambda: "MQTT: cannot load libpaho-mqtt3cs.so.1" in text(), 30), text())
+        self.assertIn("apt install libpaho-mqtt1.3", text())
+        self.assertEqual(app_info(control, APP)["state"], "notRunning", "serving clients without MQTT")
 
     def test_an_idle_connection_wakes_vigild_only_for_keepalive_pings(self):
         """Paho's own receive thread (MQTTClient_run) polled every 100 ms: 10

@@ -1,9 +1,17 @@
-// Eclipse Paho MQTT C (Debian: libpaho-mqtt-dev), the synchronous MQTTClient
-// API with TLS (libpaho-mqtt3cs), and what Swift cannot import from it: the
-// brace initializers, and a persistence store (MQTTCLIENT_PERSISTENCE_USER)
-// whose writes can be fsync'd. docs/fleet.md says why Paho and why this store.
-#ifndef VIGIL_CPAHO_SHIM_H
-#define VIGIL_CPAHO_SHIM_H
+// Eclipse Paho MQTT C (Debian: libpaho-mqtt-dev at build time,
+// libpaho-mqtt1.3 at run time), the synchronous MQTTClient API with TLS
+// (libpaho-mqtt3cs), and what Swift cannot import from it: the brace
+// initializers, and a persistence store (MQTTCLIENT_PERSISTENCE_USER) whose
+// writes can be fsync'd. docs/fleet.md says why Paho and why this store.
+//
+// The library is not linked: vigil_paho_load() opens it with dlopen the
+// first time a connection is made, so a daemon without [mqtt] maps neither
+// Paho nor the OpenSSL it pulls in (1.5-2.0 MB of idle RSS; issue 12,
+// docs/performance.md "Memory (idle RSS)"). Swift calls Paho only through
+// the vigil_paho_* functions below; calling an MQTTClient_* function
+// directly fails to link, which keeps it so.
+#ifndef VIGIL_CPAHO_H
+#define VIGIL_CPAHO_H
 
 #include <MQTTClient.h>
 #include <MQTTClientPersistence.h>
@@ -283,5 +291,32 @@ static inline int vigil_mqtt_tcp_sockets(int port, int *fds, unsigned long *inod
     closedir(dir);
     return count;
 }
+
+
+// MARK: The library, loaded at run time (paho.c)
+
+/// The library opened by vigil_paho_load.
+#define VIGIL_PAHO_LIBRARY "libpaho-mqtt3cs.so.1"
+
+/// Opens Paho once (thread-safe) and resolves every function below. Returns
+/// 0, or -1 with a message naming the library and what failed (the library
+/// is missing, or lacks a function) in `error`.
+int vigil_paho_load(char *error, size_t size);
+
+// Paho's functions by their own signatures (MQTTClient.h); each calls the
+// resolved function, so call them only after vigil_paho_load returned 0.
+int vigil_paho_create(MQTTClient *handle, const char *serverURI, const char *clientId, int persistence_type, void *persistence_context);
+int vigil_paho_connect(MQTTClient handle, MQTTClient_connectOptions *options);
+int vigil_paho_disconnect(MQTTClient handle, int timeout);
+int vigil_paho_isConnected(MQTTClient handle);
+int vigil_paho_subscribeMany(MQTTClient handle, int count, char *const *topic, int *qos);
+int vigil_paho_unsubscribeMany(MQTTClient handle, int count, char *const *topic);
+int vigil_paho_publishMessage(MQTTClient handle, const char *topicName, MQTTClient_message *msg, MQTTClient_deliveryToken *dt);
+int vigil_paho_receive(MQTTClient handle, char **topicName, int *topicLen, MQTTClient_message **message, unsigned long timeout);
+void vigil_paho_freeMessage(MQTTClient_message **msg);
+void vigil_paho_free(void *ptr);
+void vigil_paho_yield(void);
+/// NULL when the library is not loaded.
+const char *vigil_paho_strerror(int code);
 
 #endif
