@@ -81,10 +81,16 @@ class SensorLoggerExportTests(unittest.TestCase):
         return seqs
 
     def bursts(self, first, count, per_burst=5):
-        """Writes `count` records from seq `first`, `per_burst` at a time, the logger suspended before each."""
+        """Writes `count` records from seq `first`, `per_burst` at a time, each
+        once the logger was woken by the last and suspended again: one export
+        per burst at least. (Waiting for "suspended" alone could see the state
+        from before the last burst's wake, and two bursts then went as one.)"""
+        self.gateway.wait_suspended()
         for at in range(first, first + count, per_burst):
-            self.gateway.wait_suspended()
+            wakes = self.gateway.app()["wakes"]
             self.gateway.write_records(list(range(at, min(at + per_burst, first + count))))
+            self.gateway.wait(lambda: self.gateway.app()["wakes"] > wakes, "the logger woken by the burst")
+            self.gateway.wait_suspended()
 
     def test_records_reach_the_broker_in_order_across_a_broker_outage(self):
         self.gateway.start(direct=False)
