@@ -32,11 +32,23 @@
 #     systemd (WatchdogTimestamp moves, no restart); a vigild that sends none
 #     (SIGSTOP) is killed for "Watchdog timeout", restarted, and adopts the app.
 #  8. `systemctl stop` ends it cleanly (Result=success, exit status 0).
+#  9. A per-user daemon from the package's user units, on the same machine:
+#     user@UID.service started for an ordinary user, `systemctl --user
+#     enable --now vigild` as that user: active (Type=notify, READY=1), in the
+#     user manager's app.slice, serving $XDG_RUNTIME_DIR/vigil/vigild.sock,
+#     its settings from ~/.config/vigil/vigild.toml, untroubled by the system
+#     daemon's manifest in /etc/vigil/apps; another user (a vigil member)
+#     cannot reach it (77); an app from ~/.config/vigil/apps runs as the user
+#     in the user's delegated cgroup, is suspended (frozen) and woken by
+#     vigilctl, its output in `journalctl --user`; socket activation
+#     (vigild.socket, the service stopped first) adopts the app; a clean
+#     `systemctl --user stop`.
 #
 # The package comes from scripts/test-package (CI runs it before the lab
 # tier), found at .build-deb/vigil.deb (scripts/build-deb) or $VIGIL_LAB_DEB.
 # With VIGIL_SKIP_PACKAGE=1 (no package built) the test is skipped.
-# lab-timeout: 600
+# It passed in 366-449 s (step 9: 87-115 s of it) on a loaded host.
+# lab-timeout: 720
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=../../lab/guest/lib.sh
@@ -60,6 +72,9 @@ app_id=org.vigil.demo
 app_user=vigil-demo            # the example manifest's user
 operator=vigil-lab-operator    # a member of group vigil
 outsider=vigil-lab-outsider
+desktop_user=vigil-lab-desktop # runs a per-user daemon (step 9)
+user_app=org.vigil.user-demo   # the example app as that user's own
+uid=""
 
 # Everything for a post-mortem goes to the results, whatever happened.
 dump() {
@@ -67,6 +82,7 @@ dump() {
   if [[ -n "$SDC_PID" ]]; then
     sdc journalctl -b --no-pager -o short-monotonic > "$LAB_LOGS/systemd-journal.log" 2>&1
     sdc systemctl status --no-pager vigild.service vigild.socket > "$LAB_LOGS/systemd-vigild-status.log" 2>&1
+    [[ -z "$uid" ]] || uctl systemctl --user status --no-pager vigild.service vigild.socket > "$LAB_LOGS/systemd-user-vigild-status.log" 2>&1
   fi
 }
 trap 'dump; sdc_stop' EXIT
@@ -87,13 +103,29 @@ expect() {  # expect UNIT PROPERTY VALUE
 }
 # vigilctl as the operator, a member of group vigil (runuser sets up its groups).
 ctl() { sdc runuser -u "$operator" -- /usr/bin/vigilctl "$@"; }
-app_field() {  # app_field FIELD: the app's FIELD from vigilctl --json apps
-  ctl --json apps | /usr/bin/python3 -c "import json,sys; print(next(a for a in json.load(sys.stdin) if a['id']=='$app_id').get('$1'))"
+# The per-user daemon's side (step 9): its user, their systemctl --user and vigilctl.
+uctl() { sdc runuser -u "$desktop_user" -- env "XDG_RUNTIME_DIR=/run/user/$uid" "$@"; }
+ushow() { uctl systemctl --user show -P "$2" "$1"; }
+uexpect() {  # uexpect UNIT PROPERTY=VALUE...: in the user's manager, with one systemctl call (each costs a second or two)
+  local unit="$1" kv got; shift
+  local props=()
+  for kv in "$@"; do props+=(-p "${kv%%=*}"); done
+  got="$(uctl systemctl --user show "${props[@]}" "$unit")"
+  for kv in "$@"; do
+    grep -qxF -- "$kv" <<<"$got" ||
+      fail "user unit $unit has $(grep "^${kv%%=*}=" <<<"$got" || echo "no ${kv%%=*}"), not $kv ($(uctl systemctl --user status --no-pager "$unit" 2>&1 | tail -n 15))"
+  done
 }
-wait_state() {
-  local i
-  for ((i = 0; i < 600; i++)); do [[ "$(app_field state)" == "$1" ]] && return 0; sleep 0.1; done
-  ctl apps; ctl log --app "$app_id"; fail "$app_id did not become $1"
+app_field() {  # app_field FIELD [APP [CTL]]: the app's FIELD from vigilctl --json apps (CTL: ctl, or uctl for the user's daemon)
+  local app="${2:-$app_id}" run="${3:-ctl}"
+  if [[ "$run" == uctl ]]; then uctl /usr/bin/vigilctl --json apps; else ctl --json apps; fi |
+    /usr/bin/python3 -c "import json,sys; print(next(a for a in json.load(sys.stdin) if a['id']=='$app').get('$1'))"
+}
+wait_state() {  # wait_state STATE [APP [CTL]]
+  local i app="${2:-$app_id}" run="${3:-ctl}"
+  for ((i = 0; i < 600; i++)); do [[ "$(app_field state "$app" "$run")" == "$1" ]] && return 0; sleep 0.1; done
+  if [[ "$run" == uctl ]]; then uctl /usr/bin/vigilctl apps; uctl /usr/bin/vigilctl log --app "$app"; else ctl apps; ctl log --app "$app"; fi
+  fail "$app did not become $1"
 }
 wait_active() {  # wait_active UNIT: until it is active (a reload or start job finished)
   local i state
@@ -104,6 +136,16 @@ wait_active() {  # wait_active UNIT: until it is active (a reload or start job f
     sleep 0.1
   done
   fail "$1 is $state, not active: $(sdc systemctl status --no-pager "$1" 2>&1 | tail -n 20)"
+}
+wait_active_user() {  # wait_active_user UNIT: the same in the user's manager
+  local i state
+  for ((i = 0; i < 600; i++)); do
+    state="$(ushow "$1" ActiveState)"
+    [[ "$state" == active ]] && return 0
+    [[ "$state" == failed ]] && break
+    sleep 0.1
+  done
+  fail "user unit $1 is $state, not active: $(uctl systemctl --user status --no-pager "$1" 2>&1 | tail -n 20)"
 }
 
 t0=$SECONDS
@@ -281,4 +323,93 @@ expect vigild.service Result success
 expect vigild.service ExecMainStatus 0
 say "systemctl stop: inactive, Result=success, exit status 0"
 say "systemd-analyze security: $(sdc systemd-analyze security --no-pager vigild.service 2>/dev/null | tail -n 1)"
+
+# 9. A per-user daemon (dist/user/) under a user's own systemd, on the
+# same machine as the system daemon and its manifest in /etc/vigil/apps.
+t9=$SECONDS
+sdc useradd --create-home --shell /bin/sh "$desktop_user"
+uid="$(sdc id -u "$desktop_user")"
+# No logind runs in the container (nothing logs in): user@UID.service is
+# started as logind starts it at a login or for a lingering user (the
+# start job ends once the manager is ready, Type=notify).
+sdc systemctl start "user@$uid.service"
+manager_pid="$(show "user@$uid.service" MainPID)"
+# Its settings and an app of its own before the first start: a short
+# suspend-grace ($XDG_CONFIG_HOME/vigil/vigild.toml, read from the user's
+# default), the app in $XDG_CONFIG_HOME/vigil/apps with no `user`. Then
+# `systemctl --user enable --now vigild`, with --no-reload: the user
+# manager's reload (~10 s here) is systemd's business, and it loads a unit
+# it has not seen when asked to start it. One runuser for all of it.
+uctl sh -c 'set -e; mkdir -p ~/.config/vigil/apps
+  printf "[timings]\nsuspend-grace = 1\n" > ~/.config/vigil/vigild.toml
+  sed "/^user = /d; s/^id = .*/id = \"$1\"/" /usr/share/doc/vigil/examples/org.vigil.demo.toml > ~/.config/vigil/apps/$1.toml
+  systemctl --user enable --quiet --no-reload --now vigild.service' \
+  sh "$user_app"
+uexpect vigild.service ActiveState=active Type=notify NotifyAccess=main WatchdogUSec=1min \
+  "ControlGroup=/user.slice/user-$uid.slice/user@$uid.service/app.slice/vigild.service"
+props="$(uctl systemctl --user show -p MainPID -p StatusText vigild.service)"
+user_pid="$(sed -n 's/^MainPID=//p' <<<"$props")"
+status_text="$(sed -n 's/^StatusText=//p' <<<"$props")"
+[[ "$status_text" =~ ^1\ apps\ \(0\ running ]] || fail "the per-user vigild.service's StatusText is '$status_text', not vigild's STATUS= line with its one app"
+user_socket="/run/user/$uid/vigil/vigild.sock"
+status="$(uctl /usr/bin/vigilctl status)" || fail "vigilctl status as $desktop_user: $status"
+grep -q "^socket  *$user_socket\$" <<<"$status" || fail "the per-user vigild does not listen at $user_socket: $status"
+grep -q "^suspension  *cgroup freezer" <<<"$status" || fail "the per-user vigild does not use the cgroup freezer: $status"
+grep -q "suspend-grace 1.0s" <<<"$status" || fail "the per-user vigild did not read ~/.config/vigil/vigild.toml (suspend-grace 1): $status"
+# The system daemon's manifest in /etc/vigil/apps (user = vigil-demo) is
+# not this daemon's business: no manifest problem (each one is also an
+# error in the user's journal).
+! grep -q "manifest problems" <<<"$status" || fail "the per-user vigild reports manifest problems: $status"
+say "per-user vigild.service (pid $user_pid) active under user@$uid.service, READY=1, StatusText '$status_text', socket $user_socket"
+# Another user cannot reach it, a member of group vigil included:
+# $XDG_RUNTIME_DIR is the user's alone (0700).
+set +e
+sdc runuser -u "$operator" -- /usr/bin/vigilctl --socket "$user_socket" status >/dev/null 2>"$LAB_LOGS/user-refused.err"
+refused=$?
+set -e
+[[ "$refused" == 77 ]] || fail "another user got exit status $refused from $desktop_user's vigild, not 77: $(cat "$LAB_LOGS/user-refused.err")"
+
+# The app as the user, in the user manager's delegated cgroup, suspended and woken.
+uctl /usr/bin/vigilctl launch "$user_app" >/dev/null
+wait_state active "$user_app" uctl
+pid="$(app_field pid "$user_app" uctl)"
+proc="$(sdc sh -c 'awk "/^Uid:/ {print \$2}" "/proc/$1/status"; cat "/proc/$1/cgroup"' sh "$pid")"
+app_uid="$(head -n1 <<<"$proc")"
+cgroup="$(grep "^0::" <<<"$proc" || true)"
+[[ "$app_uid" == "$uid" ]] || fail "$user_app runs as uid $app_uid, not $desktop_user's $uid"
+[[ "$cgroup" == "0::/user.slice/user-$uid.slice/user@$uid.service/app.slice/vigild.service/"* ]] ||
+  fail "$user_app is in cgroup '$cgroup', not below the per-user vigild.service's"
+uctl /usr/bin/vigilctl background "$user_app" >/dev/null
+wait_state suspended "$user_app" uctl
+[[ "$(sdc cat "/sys/fs/cgroup${cgroup#0::}/cgroup.freeze")" == 1 ]] || fail "$user_app is suspended but its cgroup is not frozen"
+woke="$(uctl /usr/bin/vigilctl wake "$user_app" --payload hello)"
+grep -q woke <<<"$woke" || fail "vigilctl wake did not wake $user_app: $woke"
+wait_state suspended "$user_app" uctl
+for ((i = 0; i < 100; i++)); do
+  has "event [0-9]* test, 5 byte(s)" uctl journalctl --user -t "$user_app" -o cat --no-pager && break
+  sleep 0.1
+done
+has "event [0-9]* test, 5 byte(s)" uctl journalctl --user -t "$user_app" -o cat --no-pager ||
+  fail "the app's output in the user's journal shows no event: $(uctl journalctl --user -t "$user_app" -o cat --no-pager | tail -n 20)"
+say "$user_app runs as $desktop_user (uid $uid, pid $pid), cgroup ${cgroup#0::}: suspended (cgroup.freeze 1), woken, got the event (journalctl --user -t $user_app), suspended again"
+
+# Socket activation, as for the system units: the service stopped first
+# (the app stays, KillMode=process: the new vigild adopts the same pid).
+# `start`, not `enable --now` as a user would: enabling makes the user
+# manager reload (~10 s here), and what is tested is the activation.
+uctl systemctl --user stop vigild.service
+uctl systemctl --user start vigild.socket
+uctl /usr/bin/vigilctl status >/dev/null || fail "vigilctl status through the user's socket did not start vigild"
+wait_active_user vigild.service
+new_pid="$(ushow vigild.service MainPID)"
+[[ "$new_pid" != "$user_pid" ]] || fail "the per-user vigild was not restarted"
+listening="$(sdc ss -xlpn | grep " $user_socket " || true)"
+grep -q "\"systemd\",pid=$manager_pid," <<<"$listening" && grep -q "\"vigild\",pid=$new_pid," <<<"$listening" ||
+  fail "$user_socket is not the user manager's (pid $manager_pid) socket served by vigild (pid $new_pid): $listening"
+[[ "$(app_field pid "$user_app" uctl)" == "$pid" ]] || fail "the socket-activated per-user vigild did not adopt $user_app (pid $pid): $(uctl /usr/bin/vigilctl apps)"
+say "per-user socket activation: vigild (pid $new_pid) serves the user manager's socket, adopted $user_app (pid $pid)"
+
+uctl systemctl --user stop vigild.socket vigild.service
+uexpect vigild.service ActiveState=inactive Result=success ExecMainStatus=0
+say "per-user systemctl --user stop: inactive, Result=success, exit status 0 (per-user part: $((SECONDS - t9)) s)"
 say "passed in $((SECONDS - t0)) s"

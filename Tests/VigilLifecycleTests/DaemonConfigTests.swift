@@ -31,7 +31,8 @@ struct DaemonConfigTests {
         #expect(defaults.manifestDirectories == ["/usr/share/vigil/apps", "/etc/vigil/apps"])
 
         let user = DaemonConfig(system: false, environment: ["HOME": "/home/u"])
-        #expect(user.manifestDirectories.last == "/home/u/.config/vigil/apps")
+        // Not the system daemon's folders: its manifests name other users (docs/configuration.md).
+        #expect(user.manifestDirectories == ["/usr/share/vigil/user-apps", "/etc/vigil/user-apps", "/home/u/.config/vigil/apps"])
         #expect(user.stateDirectory == "/home/u/.local/state/vigil")
         let xdg = DaemonConfig(system: false, environment: ["HOME": "/home/u", "XDG_CONFIG_HOME": "/cfg", "XDG_STATE_HOME": "/st"])
         #expect(xdg.manifestDirectories.last == "/cfg/vigil/apps")

@@ -111,7 +111,12 @@ public struct DaemonConfig: Sendable, Equatable {
     /// `[mqtt]`: the broker connection (`MQTTSettings`), off without `broker`.
     public var mqtt = MQTTSettings()
 
-    /// Defaults for the system daemon or for a per-user daemon.
+    /// Defaults for the system daemon or for a per-user daemon. The two read
+    /// different shared folders, as systemd's system and user units do
+    /// (`/etc/systemd/system`, `/etc/systemd/user`): a manifest for the system
+    /// daemon must name a `user`, and a per-user daemon refuses one naming
+    /// anybody else, so any manifest in a folder both read would be an error
+    /// in one of them (every user's daemon rejecting `/etc/vigil/apps`).
     public init(system: Bool, environment: [String: String] = ProcessInfo.processInfo.environment) {
         systemMode = system
         controlGroup = system ? .name("vigil") : nil
@@ -123,7 +128,7 @@ public struct DaemonConfig: Sendable, Equatable {
             let home = environment["HOME"] ?? "/tmp"
             let config = environment["XDG_CONFIG_HOME"] ?? home + "/.config"
             let state = environment["XDG_STATE_HOME"] ?? home + "/.local/state"
-            manifestDirectories = ["/usr/share/vigil/apps", "/etc/vigil/apps", config + "/vigil/apps"]
+            manifestDirectories = ["/usr/share/vigil/user-apps", "/etc/vigil/user-apps", config + "/vigil/apps"]
             stateDirectory = state + "/vigil"
             logDirectory = state + "/vigil/logs"
         }
