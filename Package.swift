@@ -24,6 +24,7 @@ let package = Package(
         .executable(name: "vigil-bench", targets: ["VigilBench"]),
         .executable(name: "vigil-accessory-bench", targets: ["AccessoryBench"]),
         .executable(name: "vigil-engine-bench", targets: ["EngineBench"]),
+        .executable(name: "vigil-wake-floor", targets: ["WakeFloor"]),
         .executable(name: "vigil-sensor-logger", targets: ["SensorLogger"]),
         .executable(name: "vigil-hrm-bridge", targets: ["HeartRateBridge"]),
         .executable(name: "vigil-toml-check", targets: ["VigilTOMLCheck"]),
@@ -142,6 +143,8 @@ let package = Package(
             path: "Sources/Benchmarks/VigilBench",
             swiftSettings: strict
         ),
+        // The kernel work of a wake cycle with no daemon logic, in C (vigil-bench's `floor` phase).
+        .executableTarget(name: "WakeFloor", path: "Sources/Benchmarks/WakeFloor"),
         .executableTarget(
             name: "EngineBench",
             dependencies: ["VigilLifecycle"],

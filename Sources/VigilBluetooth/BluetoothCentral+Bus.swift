@@ -364,10 +364,15 @@ extension BluetoothCentral {
         log("bluetooth: state \(lastState.rawValue) -> \(now.rawValue)")
         lastState = now
         delegate?.bluetoothStateChanged(now)
-        // Apps with only a peripheral manager hear of the adapter too.
+        // Apps with only a peripheral manager hear of the adapter too, by
+        // their own mode: an event their mode cannot wake them for would be
+        // held for the foreground and hold back every later event (after a
+        // daemon restart, the incoming L2CAP channels that should wake them).
         let publishers = peripheral?.assumeIsolated { Array($0.clients.keys) } ?? []
         for client in Set(clients.keys).union(publishers) {
-            emit(.state(now), to: client)
+            let content = BluetoothEventContent.state(now)
+            delegate?.bluetooth(emit: content.kind, attributes: content.attributes, body: [],
+                                mode: clients[client] == nil ? .bluetoothPeripheral : .bluetoothCentral, to: client)
         }
     }
 

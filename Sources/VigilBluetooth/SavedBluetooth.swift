@@ -7,7 +7,61 @@ import VigilProtocol
 public struct SavedBluetooth: Codable, Sendable, Equatable {
     public var central: [String: SavedCentral] = [:]
     public var peripheral: [String: SavedPeripheral] = [:]
+    /// Absent in files of daemons before L2CAP intents were saved.
+    public var l2cap: [String: SavedL2CAP]?
     public init() {}
+}
+
+/// An app's L2CAP intents: the PSMs it published and its channels opened with
+/// `reopen`. The daemon owns the sockets (`DaemonCore+L2CAPRestore.swift`);
+/// after a restart it listens on the same PSMs again and reopens the channels
+/// on their sessions once their links are back.
+public struct SavedL2CAP: Codable, Sendable, Equatable {
+    public var published: [SavedPSM]
+    public var channels: [SavedChannel]
+
+    public init(published: [SavedPSM] = [], channels: [SavedChannel] = []) {
+        self.published = published
+        self.channels = channels
+    }
+}
+
+/// A published PSM, with what it was published with.
+public struct SavedPSM: Codable, Sendable, Equatable {
+    public var psm: Int
+    /// Published without a PSM (the kernel picked it): publishing again
+    /// without one, with the same options, gets this one back.
+    public var dynamic: Bool
+    public var security: String?
+    public var receiveMTU: Int
+    public var coalesceMilliseconds: Int
+
+    public init(psm: Int, dynamic: Bool, security: String?, receiveMTU: Int, coalesceMilliseconds: Int) {
+        self.psm = psm
+        self.dynamic = dynamic
+        self.security = security
+        self.receiveMTU = receiveMTU
+        self.coalesceMilliseconds = coalesceMilliseconds
+    }
+}
+
+/// A channel opened with `reopen`: opened again on the same session.
+public struct SavedChannel: Codable, Sendable, Equatable {
+    public var session: Int
+    public var peer: String
+    public var psm: Int
+    public var security: String?
+    public var receiveMTU: Int
+    public var coalesceMilliseconds: Int
+
+    public init(session: Int, peer: String, psm: Int, security: String?, receiveMTU: Int, coalesceMilliseconds: Int) {
+        self.session = session
+        self.peer = peer
+        self.psm = psm
+        self.security = security
+        self.receiveMTU = receiveMTU
+        self.coalesceMilliseconds = coalesceMilliseconds
+    }
 }
 
 public struct SavedCentral: Codable, Sendable, Equatable {

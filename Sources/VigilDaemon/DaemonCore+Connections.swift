@@ -113,6 +113,13 @@ extension DaemonCore {
 
     func send<M: Message>(_ message: M, id: Int? = nil, body: [UInt8] = [], to connection: ClientConnection) {
         connection.enqueue(MessageCodec.encode(message, id: id, body: body))
+        flush(connection)
+    }
+
+    /// Writes what the connection holds, as much as the socket takes (the rest
+    /// when it is writable again); closes a connection that is gone or reads
+    /// nothing.
+    private func flush(_ connection: ClientConnection) {
         guard connection.flushOutput() else { return close(connection) }
         if connection.pendingOutputCount > ClientConnection.maxPendingOutput {
             logger.warning("client \(connection.id) reads nothing; closing it (its events stay queued)")
@@ -133,17 +140,37 @@ extension DaemonCore {
         guard let id = appConnections[app], let connection = connections[id] else { return }
         switch message {
         case let .lifecycle(lifecycle):
-            send(lifecycle, to: connection)
+            hold(lifecycle, to: connection)
         case let .event(event, redelivered):
             commitJournal(compactIfDue: false)  // journaled before the app can see it
             grantSessionLog(named: event, to: app)  // readable by the app before it learns the path
-            send(
+            hold(
                 EventMessage(seq: event.seq, kind: event.kind, attributes: event.attributes, redelivered: redelivered),
                 body: event.payload, to: connection)
         case let .taskExpiring(expiring):
-            send(expiring, to: connection)
+            hold(expiring, to: connection)
         case let .deadline(deadline):
-            send(DeadlineChanged(deadline: deadline), to: connection)
+            hold(DeadlineChanged(deadline: deadline), to: connection)
+        }
+    }
+
+    /// Within an engine call (`withEngine`), a frame to an app waits in its
+    /// connection until the call returns, so that what one call sends to one
+    /// app goes out in one write: a wake's `deadline` and `event` are one
+    /// sendto(2) and one wake-up of the app, not two. Outside one it is sent
+    /// at once. The order of frames on a connection is the same either way.
+    private func hold<M: Message>(_ message: M, body: [UInt8] = [], to connection: ClientConnection) {
+        guard engineCallDepth > 0 else { return send(message, body: body, to: connection) }
+        connection.enqueue(MessageCodec.encode(message, body: body))
+        if !heldAppOutput.contains(where: { $0 === connection }) { heldAppOutput.append(connection) }
+    }
+
+    /// Sends what engine calls held back (`hold`), once the outermost returns.
+    func flushHeldAppOutput() {
+        let held = heldAppOutput
+        heldAppOutput.removeAll(keepingCapacity: true)
+        for connection in held where connections[connection.id] === connection {
+            flush(connection)
         }
     }
 }

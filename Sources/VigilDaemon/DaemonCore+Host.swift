@@ -9,10 +9,13 @@ import VigilSystem
 /// The engine only ever runs on this actor's executor, so these nonisolated
 /// entry points assert that and step back into the actor synchronously.
 ///
-/// Effects that take time (a spawn, a thaw and the process records it
-/// rewrites) journal the engine's pending changes first: bytes just read from
-/// a port are then durable before the daemon spends milliseconds on the wake
-/// they cause, and a SIGKILL within those milliseconds loses none of them.
+/// A spawn (milliseconds: fork, exec, the process records) journals the
+/// engine's pending changes first: bytes just read from a port are then
+/// durable before the daemon spends that time, and a SIGKILL within it loses
+/// none of them. A thaw does not (since 2026-11-26): it is one pwrite(2) or
+/// kill(2), and the event it is for is journaled before it is sent, a few
+/// system calls later in the same loop turn, together with its `sent` record
+/// (one journal write per wake, not two).
 extension DaemonCore: LifecycleHost {
     nonisolated func startProcess(of manifest: AppManifest, launch: LaunchOptions) throws -> Int32 {
         try assumeIsolated { core in
@@ -30,7 +33,6 @@ extension DaemonCore: LifecycleHost {
 
     nonisolated func thaw(_ app: String) {
         assumeIsolated { core in
-            core.commitJournal(compactIfDue: false)
             core.applySuspension(app, "thaw") { try $0.thaw($1, pid: $2) }
             core.markStopped(app, false)
         }

@@ -63,6 +63,10 @@ actor DaemonCore {
     var stopTimer: TimerID?
     /// State changes reported by the engine, handled after its current call.
     var pendingStateChanges: [(app: String, from: AppState, to: AppState)] = []
+    /// `withEngine` calls under way (they nest); while any is, frames to apps
+    /// wait in their connections (`heldAppOutput`) and go out when it returns.
+    var engineCallDepth = 0
+    var heldAppOutput: [ClientConnection] = []
     var accessoryState = AccessoryState(rules: [], bufferLimit: 0)
     var l2capState = L2CAPState()
     /// The Bluetooth LE central role (nil when disabled by the config).
@@ -175,6 +179,7 @@ actor DaemonCore {
         engine.relaunchForRestoredEvents(now: now)
         startAccessories()
         connectPortKeeper()
+        prepareL2CAPRestore(saved.bluetooth?.l2cap)
         restoreSessions()
         startBluetooth(restoring: saved.bluetooth)
         startMQTT()
@@ -301,13 +306,18 @@ actor DaemonCore {
     var now: UInt64 { MonotonicInstant.now().nanoseconds }
 
     /// Runs `body` against the engine, then re-arms the single engine timer and
-    /// schedules a write of the state file.
+    /// schedules a write of the state file. Frames the engine sends to apps
+    /// meanwhile go out when the outermost call returns, one write per app
+    /// (see `hold`).
     func withEngine<T, E: Error>(_ body: (LifecycleEngine, UInt64) throws(E) -> T) throws(E) -> T {
+        engineCallDepth += 1
         defer {
             commitJournal()
             rearmEngineTimer()
             scheduleSave()
             dispatchStateChanges()
+            engineCallDepth -= 1
+            if engineCallDepth == 0 { flushHeldAppOutput() }
         }
         return try body(engine, now)
     }

@@ -102,10 +102,16 @@ final class StateStore {
     /// Writes the engine's queue changes since the last call to the journal,
     /// with one write (and an fdatasync with `durability = "power"`). Returns
     /// whether the journal is due for compaction.
+    ///
+    /// Records that may wait (`JournalRecord.mayWait`: acknowledgements) are
+    /// written only with one that may not, or with `all` (the snapshot's
+    /// commit, at most half a second later while anything changes): an ack
+    /// then costs no write of its own, and a crash before it is written only
+    /// redelivers, flagged, what the app had acknowledged.
     @discardableResult
-    func commit(_ engine: LifecycleEngine, logger: Logger) -> Bool {
+    func commit(_ engine: LifecycleEngine, logger: Logger, all: Bool = false) -> Bool {
         engine.journalChanges(into: &encoder)
-        guard !encoder.bytes.isEmpty else { return false }
+        guard !encoder.bytes.isEmpty, all || encoder.mustWrite else { return false }
         guard journalFD >= 0 else {
             encoder.clear()  // no journal (logged when it failed): only the snapshots remain
             return false
@@ -133,7 +139,7 @@ final class StateStore {
     /// Takes a snapshot and starts a new journal: the engine's changes so far
     /// first go to the current journal (so a failed snapshot loses nothing).
     func save(engine: LifecycleEngine, bluetooth: SavedBluetooth?, logger: Logger) {
-        commit(engine, logger: logger)
+        commit(engine, logger: logger, all: true)
         do {
             try checkpoint(apps: engine.savedState(), bluetooth: bluetooth)
         } catch {

@@ -67,14 +67,18 @@ extension Application {
     /// - Parameters:
     ///   - reopen: open it again (same session) whenever the link comes back after a loss.
     ///   - security: `low` (default), `medium`, `high` or `fips`.
+    ///   - coalesce: how long the channel's bytes may wait to share an event
+    ///     with what follows (0-1 s, whole milliseconds; nil: the daemon's
+    ///     100 ms). `.zero` for the lowest latency, at more events (CPU) per byte.
     public func openL2CAPChannel(
-        peripheral: String, psm: Int, reopen: Bool = false, security: String? = nil, receiveMTU: Int? = nil
+        peripheral: String, psm: Int, reopen: Bool = false, security: String? = nil, receiveMTU: Int? = nil,
+        coalesce: Duration? = nil
     ) async throws -> L2CAPChannel {
         let (stream, continuation) = AsyncStream.makeStream(of: Delivery<AccessorySession.Event>.self)
         let status = AccessorySession.Status(accessory: L2CAPChannel.noAccessory)
         let sink = EventRouter.SessionSink(continuation: continuation, status: status)
         let request = OpenL2CAPChannel(peripheral: peripheral, psm: psm, reopen: reopen ? true : nil, security: security,
-                                       receiveMTU: receiveMTU)
+                                       receiveMTU: receiveMTU, coalesceMilliseconds: coalesce.map(L2CAPCoalescing.milliseconds(of:)))
         let (session, router) = (self.session, self.session.router)
         // Registered as its reply is read, before its first data can be (see openSession).
         let opening = Task {
@@ -96,9 +100,13 @@ extension Application {
     /// Listens for channels from centrals on `psm` (nil: a free dynamic one);
     /// returns the PSM (advertise it, e.g. in a characteristic). Each channel
     /// is a `ble.l2cap.incoming` event in `events`; `l2capChannel(incoming:)` makes it one.
-    public func publishL2CAPChannel(psm: Int? = nil, security: String? = nil, receiveMTU: Int? = nil) async throws -> Int {
-        try await session.request(PublishL2CAPChannel(psm: psm, security: security, receiveMTU: receiveMTU),
-                                  expecting: L2CAPChannelPublished.self).psm
+    /// `coalesce`: as `openL2CAPChannel`'s, for every channel to this PSM.
+    public func publishL2CAPChannel(
+        psm: Int? = nil, security: String? = nil, receiveMTU: Int? = nil, coalesce: Duration? = nil
+    ) async throws -> Int {
+        let request = PublishL2CAPChannel(psm: psm, security: security, receiveMTU: receiveMTU,
+                                          coalesceMilliseconds: coalesce.map(L2CAPCoalescing.milliseconds(of:)))
+        return try await session.request(request, expecting: L2CAPChannelPublished.self).psm
     }
 
     public func unpublishL2CAPChannel(psm: Int) async throws {

@@ -21,13 +21,34 @@ public struct OpenL2CAPChannel: Message, Equatable {
     public var security: String?
     /// The largest SDU this side accepts (23-65535; default 2048).
     public var receiveMTU: Int?
+    /// How long the channel's bytes may wait to share a `session.data` event
+    /// with what follows them, 0-1000 ms (default 100): fewer, larger events
+    /// (less CPU per byte) against latency. 0: every read is announced at once.
+    public var coalesceMilliseconds: Int?
 
-    public init(peripheral: String, psm: Int, reopen: Bool? = nil, security: String? = nil, receiveMTU: Int? = nil) {
+    public init(peripheral: String, psm: Int, reopen: Bool? = nil, security: String? = nil, receiveMTU: Int? = nil,
+                coalesceMilliseconds: Int? = nil) {
         self.peripheral = peripheral
         self.psm = psm
         self.reopen = reopen
         self.security = security
         self.receiveMTU = receiveMTU
+        self.coalesceMilliseconds = coalesceMilliseconds
+    }
+}
+
+/// The range of `coalesceMilliseconds` (`OpenL2CAPChannel`, `PublishL2CAPChannel`)
+/// and its default.
+public enum L2CAPCoalescing {
+    public static let milliseconds: ClosedRange<Int> = 0...1000
+    public static let defaultMilliseconds = 100
+
+    /// A window as the protocol carries it: whole milliseconds, rounded to the
+    /// nearest (a negative window stays negative, and the daemon refuses it).
+    public static func milliseconds(of window: Duration) -> Int {
+        let (seconds, attoseconds) = window.components
+        guard abs(seconds) < 1_000_000_000 else { return seconds < 0 ? -1 : Int.max }
+        return Int(seconds) * 1000 + Int((Double(attoseconds) / 1e15).rounded())
     }
 }
 
@@ -82,10 +103,13 @@ public struct PublishL2CAPChannel: Message, Equatable {
     public var psm: Int?
     public var security: String?
     public var receiveMTU: Int?
-    public init(psm: Int? = nil, security: String? = nil, receiveMTU: Int? = nil) {
+    /// As `OpenL2CAPChannel`'s, for every channel centrals open to this PSM.
+    public var coalesceMilliseconds: Int?
+    public init(psm: Int? = nil, security: String? = nil, receiveMTU: Int? = nil, coalesceMilliseconds: Int? = nil) {
         self.psm = psm
         self.security = security
         self.receiveMTU = receiveMTU
+        self.coalesceMilliseconds = coalesceMilliseconds
     }
 }
 
@@ -112,4 +136,8 @@ public enum L2CAPEventKind {
     /// A channel opened with `reopen` is open again after its link came back
     /// (`bluetooth-central`); same session id.
     public static let reopened = "ble.l2cap.reopened"
+    /// vigild no longer listens on a PSM the app published: after a daemon
+    /// restart it could not listen on it again (attributes `psm`, `reason`;
+    /// `bluetooth-peripheral`). Publish again, or pick another PSM.
+    public static let unpublished = "ble.l2cap.unpublished"
 }

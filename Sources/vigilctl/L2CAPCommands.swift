@@ -51,7 +51,7 @@ struct BleL2CAPOpen: AsyncParsableCommand {
         let channel = try await client.openL2CAPChannel(
             peripheral: address, psm: psm, security: channelOptions.security, receiveMTU: channelOptions.receiveMTU)
         l2capNote("channel to \(channel.info.peer) PSM \(channel.info.psm) open (session \(channel.info.session), MTU send \(channel.info.sendMTU) receive \(channel.info.receiveMTU)); EOF (Ctrl-D) closes it")
-        await l2capTerminal(client, channel)
+        try await l2capTerminal(client, channel)
     }
 }
 
@@ -84,7 +84,7 @@ struct BleL2CAPListen: AsyncParsableCommand {
             l2capFail("the connection to vigild closed before a central opened a channel")
         }
         l2capNote("channel from \(channel.info.peer) (session \(channel.info.session), MTU send \(channel.info.sendMTU) receive \(channel.info.receiveMTU)); EOF (Ctrl-D) closes it")
-        await l2capTerminal(client, channel)
+        try await l2capTerminal(client, channel)
     }
 }
 
@@ -97,53 +97,15 @@ private func parsePSM(_ text: String) throws -> Int {
 }
 
 /// stdin to the channel, the channel to stdout, until EOF or the channel's end.
-private func l2capTerminal(_ client: ControlClient, _ channel: ControlL2CAPChannel) async {
-    let session = channel.info.session
-    enum Outcome: Sendable { case inputEnded, writeFailed(String), closed(String), outputEnded }
-    let (outcomes, report) = AsyncStream.makeStream(of: Outcome.self)
-    let printing = Task { () -> String? in
-        for await output in channel.output {
-            switch output {
-            case let .data(bytes): StandardStreams.writeOut(bytes)
-            case let .closed(reason):
-                report.yield(.closed(reason))
-                return reason
-            case let .waitingToReopen(reason): l2capNote("channel waits for its link: \(reason)")
-            }
-        }
-        report.yield(.outputEnded)
-        return nil
-    }
-    Task {
-        while let chunk = await StandardStreams.readIn() {
-            do {
-                try await client.write(chunk, session: session)
-            } catch {
-                report.yield(.writeFailed("\(error)"))
-                return
-            }
-        }
-        report.yield(.inputEnded)
-    }
-    var iterator = outcomes.makeAsyncIterator()
-    switch await iterator.next() {
-    case .inputEnded?:
-        try? await client.closeSession(session)
-        if let reason = await printing.value { l2capFail("channel closed: \(reason)") }
-    case let .writeFailed(error)?:
-        l2capFail("write failed: \(error)")
-    case let .closed(reason)?:
-        l2capFail("channel closed: \(reason)")
-    case .outputEnded?, nil:
-        l2capFail("channel ended")
-    }
+private func l2capTerminal(_ client: ControlClient, _ channel: ControlL2CAPChannel) async throws {
+    try await SessionTerminal(client: client, session: channel.info.session, output: channel.output, name: "channel",
+                              waitsFor: "its link").run()
 }
 
 private func l2capNote(_ message: String) {
-    FileHandle.standardError.write(Data("vigilctl: \(message)\n".utf8))
+    SessionTerminal.note(message)
 }
 
 private func l2capFail(_ message: String) -> Never {
-    l2capNote(message)
-    Foundation.exit(1)
+    SessionTerminal.fail(message)
 }

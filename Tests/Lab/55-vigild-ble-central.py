@@ -42,15 +42,7 @@ daemon = acc.Daemon("55", apps={APP: {
     "args": ["--ble-peripheral", ADDRESS, "--ble-notify", f"{HRS}/{MEASUREMENT}", "--restore-id", "hrm"],
 }}, timings="suspend-grace = 0.5\nwake-budget = 3.0\n")
 ctl = daemon.control
-
-
-def push(client, kind, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        message = client.next_unsolicited(timeout=max(0.01, deadline - time.monotonic()))
-        if message is not None and message.type == "blePush" and message["kind"] == kind:
-            return message
-    raise LabError(f"no {kind} from vigild within {timeout} s\n{daemon.diagnostics()}")
+push = daemon.push
 
 
 def notifications():

@@ -15,15 +15,21 @@ against real bluetoothd and kernel L2CAP and a Bumble peer on hci1:
 4. the peer drops the link: the app hears the channel closed (willReopen),
    vigild reconnects and reopens it (`ble.l2cap.reopened`, same session),
    and data flows again;
-5. the peer closes the channel with the link up: the app hears it closed
+5. vigild is SIGKILLed mid-stream, with the app's `reopen` channel busy and
+   a second app's dynamic PSM published. The restarted vigild delivers every byte it had read into the session
+   log before the kill, byte-exact, reopens the channel on the same session
+   once it has reconnected (`ble.l2cap.reopened`), and new data flows; it
+   listens on the published PSM again;
+6. the peer closes the channel with the link up: the app hears it closed
    for good;
-6. peripheral role: an app publishes a dynamic PSM and advertises; a Bumble
-   central connects and opens a channel to it: the app gets
-   `ble.l2cap.incoming` and 64 KiB each way; a second client asking for the
-   same PSM is refused.
+7. peripheral role: a Bumble central opens a channel to the PSM the second
+   app published before the kill: the app (adopted frozen, and reconnecting)
+   gets `ble.l2cap.incoming` and 64 KiB each way, and publishing again
+   returns the same PSM; a second client asking for the PSM is refused.
 """
 # lab-timeout: 600
 import os
+import struct
 import subprocess
 import sys
 import time
@@ -65,15 +71,7 @@ daemon = acc.Daemon("58", apps={
                  "args": ["--data", SERVER_DATA, "--publish", "Vigil L2CAP App"]},
 }, config=f"session-buffer-limit = {BUFFER}", timings="suspend-grace = 0.5\nwake-budget = 5.0\n")
 ctl = daemon.control
-
-
-def push(client, kind, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        message = client.next_unsolicited(timeout=max(0.01, deadline - time.monotonic()))
-        if message is not None and message.type == "blePush" and message["kind"] == kind:
-            return message
-    raise LabError(f"no {kind} from vigild within {timeout} s\n{daemon.diagnostics()}")
+push = daemon.push
 
 
 def wait_count(p, kind, n, timeout, what):
@@ -197,28 +195,93 @@ daemon.wait(lambda: len(app_data()) >= before + 65536, 120, "64 KiB after the re
 check_bytes(app_data()[before:], 0, "after the reopen")
 log(f"4. link dropped: closed (willReopen), reopened as session {session}, 64 KiB byte-exact after")
 
-# -------------------------------------------- 5. the peer closes it ----
+# --------------------------------------- 5. vigild SIGKILLed mid-stream ----
+# The second app publishes a dynamic PSM first: the restarted vigild must listen on it again.
+ctl.app_action("launch", SERVER_APP)
+daemon.wait(lambda: daemon.records_of(SERVER_APP, "published"), 90, "the server app's PSM")
+psm = daemon.records_of(SERVER_APP, "published")[-1]["psm"]
+ctl.app_action("background", SERVER_APP)
+daemon.wait_state(SERVER_APP, "suspended")
+daemon.wait_state(APP, "suspended")
+reopens, opens = len(daemon.records_of(APP, "reopened")), len(peer.events("channel-open"))
+links_down = len(peer.events("disconnected"))
+stream_start = len(app_data())
+peer.command(f"send {MIB}")
+daemon.wait(lambda: len(app_data()) >= stream_start + 65536, 120, "the stream under way")
+
+
+def logged_offset():
+    """The stream offset after the last byte vigild read into the session's log (its header)."""
+    with open(f"{daemon.dir}/state/session-logs/{session}.log", "rb") as f:
+        return struct.unpack_from("<Q", f.read(48), 24)[0]
+
+
+written = daemon.sigkill(before_kill=logged_offset)
+if not stream_start + 65536 <= written < stream_start + MIB:
+    raise LabError(f"the kill was not mid-stream: {written - stream_start} bytes of {MIB} logged")
+# The channel died with vigild's socket; the link stays (bluetoothd holds it), and the
+# restarted vigild opens the channel again at once. Bumble may refuse that channel: it
+# keeps a closed channel's CID taken while its link lasts (see 1.), and the kernel may
+# give the new channel the same one. Then the peer drops the link, and vigild reconnects
+# and reopens as after any link loss (step 4).
+offset = daemon.restart()
+ctl = daemon.control
+
+
+def reopened_or_refused():
+    if len(daemon.records_of(APP, "reopened")) > reopens:
+        return "reopened at once"
+    return daemon.logged_since(offset, f"l2cap: session {session}: cannot") and "refused"
+
+
+how = daemon.wait(reopened_or_refused, 60, "the channel opened again after the restart")
+if how == "refused":
+    peer.command("disconnect")
+    wait_count(peer, "disconnected", links_down + 1, 30, "the link down")
+    how = "reopened after a reconnect"
+daemon.wait(lambda: len(daemon.records_of(APP, "reopened")) > reopens, 120, "ble.l2cap.reopened after the restart")
+reopened = daemon.records_of(APP, "reopened")[-1]["channel"]
+if reopened["session"] != session:
+    raise LabError(f"reopened after the restart as session {reopened['session']}, want {session}")
+wait_count(peer, "channel-open", opens + 1, 30, "the channel reopened after the restart")
+# Everything vigild had logged before the kill reaches the app, once, in order; nothing else
+# can come (the old channel is gone, the peer has not sent on the new one).
+daemon.wait(lambda: len(app_data()) >= written, 60, "the bytes vigild logged before the kill")
+if len(app_data()) != written:
+    raise LabError(f"after the restart the app has {len(app_data())} bytes of the session, want {written}")
+# The peer's pattern goes on where step 4's 64 KiB on this channel stopped.
+check_bytes(app_data()[stream_start:], 65536, "the stream up to the kill")
+interrupted = [r for r in daemon.records_of(APP, "closed") if "vigild restarted" in (r["reason"] or "")]
+if not interrupted or not interrupted[-1]["willReopen"]:
+    raise LabError(f"the app was not told the restart interrupted its channel: {daemon.records_of(APP, 'closed')}")
+peer.command("send 65536")
+daemon.wait(lambda: len(app_data()) >= written + 65536, 120, "64 KiB after the restart")
+check_bytes(app_data()[written:], 0, "after the restart")
+if not daemon.logged_since(offset, f"PSM {psm} listens again"):
+    raise LabError(f"the restarted vigild does not say it listens on PSM {psm} again\n{daemon.log_tail()}")
+log(f"5. vigild SIGKILLed {written - stream_start} bytes into a 1 MiB stream: after the restart the app got all "
+    f"{written - stream_start} logged bytes byte-exact (what the kernel held unread died with the socket), "
+    f"session {session} {how}, 64 KiB byte-exact after; PSM {psm} listens again")
+
+# -------------------------------------------- 6. the peer closes it ----
 peer.command("close")
 daemon.wait(lambda: any(r["willReopen"] is False for r in daemon.records_of(APP, "closed")), 60,
             "session.closed for good in the app")
 closed = [r for r in daemon.records_of(APP, "closed") if r["willReopen"] is False][-1]
-log(f"5. peer closed the channel: the app heard it ({closed['reason']})")
+log(f"6. peer closed the channel: the app heard it ({closed['reason']})")
 ctl.app_action("quit", APP)  # force-quit: vigild lets go of its link
 peer.command("disconnect")
 peer.command("quit")
 peer.stop()
 
-# ------------------------------------------------- 6. peripheral role ----
-ctl.app_action("launch", SERVER_APP)
-daemon.wait(lambda: daemon.records_of(SERVER_APP, "published"), 90, "the server app's PSM")
-psm = daemon.records_of(SERVER_APP, "published")[-1]["psm"]
+# ------------------------------------------------- 7. peripheral role ----
+# The PSM the server app published before the kill (step 5), held for it by the restarted vigild.
 try:
     ctl.request("ble.publishL2CAPChannel", psm=psm)
     raise LabError(f"a second client published PSM {psm}")
 except VigilError as error:
     if error.code != "invalidState":
         raise LabError(f"second publisher: want invalidState, got {error.code}: {error}") from None
-ctl.app_action("background", SERVER_APP)
 daemon.wait_state(SERVER_APP, "suspended")
 central = lab.Peer.start("l2central", os.path.join(HERE, "l2cap_peer.py"), "--role", "client", "--psm", str(psm),
                          "--address", "C0:DE:00:00:00:21", "--target-name", "Vigil L2CAP App",
@@ -233,8 +296,11 @@ with open(SERVER_DATA, "rb") as file:
 ctl.wake(SERVER_APP, kind="l2cap.send", attributes={"bytes": 65536})
 if not central.wait_event("received-all", timeout=120).get("ok"):
     raise LabError(f"server app to central: wrong bytes: {central.events('mismatch')}")
-log(f"6. peripheral role: PSM {psm} published, second publisher refused, incoming channel woke the app, "
-    "64 KiB each way byte-exact")
+republished = [r["psm"] for r in daemon.records_of(SERVER_APP, "published")]
+if len(republished) < 2 or set(republished) != {psm}:
+    raise LabError(f"the server app published {republished} across the restart, want {psm} every time")
+log(f"7. peripheral role: PSM {psm} published before the kill took a central's channel after it, which woke "
+    "the app; 64 KiB each way byte-exact; publishing again returned the same PSM; second publisher refused")
 central.command("quit")
 daemon.stop()
 log("PASS")

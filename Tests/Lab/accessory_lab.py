@@ -148,6 +148,15 @@ def json_lines(path: str, kind: str | None = None) -> list[dict]:
     return [r for r in rows if kind is None or r.get("kind") == kind]
 
 
+def proc_state(pid: int) -> str | None:
+    """A process's state letter (R, S, T, Z...); None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
 class Daemon:
     """vigild with a config and manifests in /tmp, its own cgroup root, and
     example_app.py manifests.  apps: {id: {"declares": [...], "args": [...], "exec": [...] (default
@@ -293,6 +302,51 @@ class Daemon:
         except Exception as exc:  # noqa: BLE001 - diagnostics only
             parts.append(f"(control request failed: {exc})")
         return "\n".join(parts)
+
+    # -- Bluetooth pushes (control role)
+    def push(self, client: ControlClient, kind: str, timeout: float = 60) -> Any:
+        """The next blePush of `kind` on `client` (others before it are skipped)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            message = client.next_unsolicited(timeout=max(0.01, deadline - time.monotonic()))
+            if message is not None and message.type == "blePush" and message["kind"] == kind:
+                return message
+        raise LabError(f"no {kind} from vigild within {timeout} s\n{self.diagnostics()}")
+
+    # -- a daemon crash
+    def pid(self) -> int:
+        with open(os.path.join(lab.RUN, "vigild.pid")) as f:
+            return int(f.read().strip())
+
+    def sigkill(self, before_kill: Callable[[], Any] | None = None) -> Any:
+        """SIGSTOPs vigild (it surely does nothing more), calls `before_kill`,
+        SIGKILLs it and waits for its death; returns what `before_kill` did."""
+        old = self.pid()
+        os.kill(old, signal.SIGSTOP)
+        lab.wait_for(lambda: proc_state(old) == "T", 10, f"vigild (pid {old}) to stop")
+        seen = before_kill() if before_kill else None
+        os.kill(old, signal.SIGKILL)
+        lab.wait_for(lambda: proc_state(old) in (None, "Z"), 20, f"vigild (pid {old}) to die")
+        os.unlink(os.path.join(lab.RUN, "vigild.pid"))  # lab_daemon refuses while a (zombie) pid answers
+        try:
+            self.control.close()
+        except Exception:  # noqa: BLE001 - the connection is dead anyway
+            pass
+        return seen
+
+    def restart(self, vigild: str = VIGILD) -> int:
+        """Starts vigild again on the same config and state; reconnects
+        `control`. Returns the log's length before it (its lines follow)."""
+        offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
+        lab.sh("lab_daemon", "vigild", vigild, "--socket", self.socket, "--config", f"{self.dir}/vigild.toml")
+        self.control = self.connect(timeout=60)
+        return offset
+
+    def logged_since(self, offset: int, *parts: str) -> bool:
+        """A line of vigild's log past `offset` has all of `parts`."""
+        with open(self.log_path, "rb") as f:
+            f.seek(offset)
+            return any(all(p in line for p in parts) for line in f.read().decode(errors="replace").splitlines())
 
     # -- teardown
     def stop(self) -> None:

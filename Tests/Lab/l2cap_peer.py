@@ -13,7 +13,14 @@ byte[i] = (i + 7) % 253 (a different one from the serial peers', so a
 mix-up shows) and counted: {"event": "received", "bytes": N, "ok": true}
 every 64 KiB and at --expect bytes ("received-all"). Commands (FIFO):
   send N        write N bytes of the pattern i % 251 (continuing where the
-                last send on this channel stopped); {"event": "sent", "bytes": total}
+                last send on this channel stopped), in the background;
+                {"event": "sent", "bytes": total} once drained, "send-failed"
+                if the channel ended first
+  notify N      (with --stream-service) the same pattern as notifications of
+                the stream characteristic, each as long as the link's ATT MTU
+                allows (MTU - 3), as fast as the controller takes them,
+                continuing where the last notify on this link stopped;
+                {"event": "notified", "bytes": total, "mtu": M, "values": V}
                 once drained
   close         disconnect the channel (the link stays)
   disconnect    drop the link
@@ -34,8 +41,9 @@ sys.path.insert(0, os.path.join(REPO, "lab", "peers"))
 import _peerlib  # noqa: E402
 
 from bumble import data_types, hci, l2cap  # noqa: E402
-from bumble.core import AdvertisingData  # noqa: E402
+from bumble.core import UUID, AdvertisingData  # noqa: E402
 from bumble.device import Device  # noqa: E402
+from bumble.gatt import Characteristic, Service  # noqa: E402
 
 
 def inbound(start: int, n: int) -> bytes:
@@ -59,6 +67,56 @@ class L2CAPPeer:
         self.ok = True
         self.sent = 0
         self.sdus = 0
+        self.stream = None  # the notify characteristic of --stream-service
+        self.stream_service = None
+        self.subscriber = None  # the connection subscribed to it
+        self.notified = 0
+        if args.stream_service:
+            self.stream = Characteristic(UUID(args.stream_characteristic), Characteristic.Properties.NOTIFY,
+                                         Characteristic.Permissions(0), b"")
+            self.stream_service = Service(UUID(args.stream_service), [self.stream])
+            self.stream.on("subscription", self.on_subscription)
+
+    def on_subscription(self, connection, notify_enabled: bool, indicate_enabled: bool) -> None:
+        self.subscriber = connection if notify_enabled else None
+        self.notified = 0  # each subscription starts the pattern at 0
+        self.ev.emit("subscription", notify=notify_enabled, mtu=connection.att_mtu)
+
+    async def send(self, channel, total: int) -> None:
+        first = self.sent
+        self.sent += total
+        step, start = 16384, first
+        try:
+            for start in range(first, first + total, step):
+                if self.channel is not channel:
+                    raise ConnectionError("the channel closed")
+                channel.write(outbound(start, min(step, first + total - start)))
+                await channel.drain()
+        except Exception as exc:  # noqa: BLE001 - reported, the peer goes on
+            self.ev.emit("send-failed", error=str(exc) or type(exc).__name__, at=start)
+            return
+        self.ev.emit("sent", bytes=first + total)
+
+    async def notify(self, total: int) -> None:
+        """`total` bytes of the pattern as notifications of MTU - 3 bytes, each
+        handed to Bumble once the controller has a free ACL buffer."""
+        connection = self.subscriber
+        if connection is None:
+            self.ev.emit("notify-failed", error="no subscriber")
+            return
+        size, values = connection.att_mtu - 3, 0
+        queue = self.device.host.le_acl_packet_queue or self.device.host.acl_packet_queue
+        for start in range(self.notified, self.notified + total, size):
+            while queue.pending >= queue.max_in_flight:
+                flowed = asyncio.get_running_loop().create_future()
+                queue.once("flow", lambda: flowed.done() or flowed.set_result(None))
+                await flowed
+            await self.device.notify_subscriber(connection, self.stream,
+                                                outbound(start, min(size, self.notified + total - start)))
+            values += 1
+        await queue.drain(connection.handle)
+        self.notified += total
+        self.ev.emit("notified", bytes=self.notified, mtu=connection.att_mtu, values=values)
 
     def on_sdu(self, sdu: bytes) -> None:
         expected = inbound(self.received, len(sdu))
@@ -90,6 +148,8 @@ class L2CAPPeer:
         self.ev.emit("connected", address=str(connection.peer_address))
         def on_disconnection(reason) -> None:
             self.connection = None
+            if self.subscriber is connection:
+                self.subscriber = None
             self.ev.emit("disconnected", reason=int(reason))
             if self.a.role == "server":
                 asyncio.ensure_future(self.advertise())  # ready for the central to come back
@@ -103,13 +163,12 @@ class L2CAPPeer:
             if self.channel is None:
                 self.ev.emit("send-failed", error="no channel")
                 return True
-            total = int(parts[1])
-            step = 16384
-            for start in range(self.sent, self.sent + total, step):
-                self.channel.write(outbound(start, min(step, self.sent + total - start)))
-                await self.channel.drain()
-            self.sent += total
-            self.ev.emit("sent", bytes=self.sent)
+            # In the background: other commands (disconnect) are taken while
+            # it waits for credits, and a channel that ends mid-send (vigild
+            # killed) reports it instead of stopping the command loop.
+            asyncio.ensure_future(self.send(self.channel, int(parts[1])))
+        elif name == "notify" and len(parts) == 2:
+            await self.notify(int(parts[1]))
         elif name == "close" and self.channel is not None:
             await self.channel.disconnect()
         elif name == "disconnect" and self.connection is not None:
@@ -134,6 +193,8 @@ class L2CAPPeer:
         transport = await _peerlib.open_transport_retry(a.transport)
         async with transport:
             self.device = Device.with_hci(a.name, hci.Address(a.address), transport.source, transport.sink)
+            if self.stream_service is not None:
+                self.device.add_service(self.stream_service)
             self.device.on("connection", self.on_connection)
             await self.device.power_on()
             spec = l2cap.LeCreditBasedChannelSpec(psm=a.psm, mtu=a.mtu, mps=a.mps,
@@ -184,6 +245,8 @@ def main() -> None:
     p.add_argument("--mps", type=int, default=247)
     p.add_argument("--credits", type=int, default=64)
     p.add_argument("--expect", type=int, default=0, help="bytes to receive before emitting received-all")
+    p.add_argument("--stream-service", metavar="UUID", help="serve a GATT service with a notify characteristic (notify N)")
+    p.add_argument("--stream-characteristic", metavar="UUID", default="7e1a0002-5d3c-4c1b-9a3e-76a9e0c1b001")
     p.add_argument("--timeout", type=float, default=60)
     p.add_argument("--adv-refresh", type=float, default=1.0)
     a = p.parse_args()

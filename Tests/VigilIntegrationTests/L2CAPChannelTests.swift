@@ -30,9 +30,11 @@ struct L2CAPChannelTests {
             }
         }
         let app = try await Application.connect(socketPath: fake.path)
-        let channel = try await app.openL2CAPChannel(peripheral: Self.peer, psm: 0x80, reopen: true, security: "medium")
+        let channel = try await app.openL2CAPChannel(peripheral: Self.peer, psm: 0x80, reopen: true, security: "medium",
+                                                     coalesce: .milliseconds(20))
         let request = try #require(fake.received(OpenL2CAPChannel.type).first).decode(OpenL2CAPChannel.self)
-        #expect(request == OpenL2CAPChannel(peripheral: Self.peer, psm: 0x80, reopen: true, security: "medium"))
+        #expect(request == OpenL2CAPChannel(peripheral: Self.peer, psm: 0x80, reopen: true, security: "medium",
+                                            coalesceMilliseconds: 20))
         #expect(channel.info == Self.info(7) && channel.sendMTU == 247 && channel.closeReason == nil)
 
         try await channel.write([1, 2, 3])
@@ -75,7 +77,9 @@ struct L2CAPChannelTests {
             message.type == PublishL2CAPChannel.type ? (Self.header(L2CAPChannelPublished(psm: 0x81)), []) : nil
         }
         let app = try await Application.connect(socketPath: fake.path)
-        #expect(try await app.publishL2CAPChannel() == 0x81)
+        #expect(try await app.publishL2CAPChannel(coalesce: .zero) == 0x81)
+        let published = try #require(fake.received(PublishL2CAPChannel.type).first).decode(PublishL2CAPChannel.self)
+        #expect(published == PublishL2CAPChannel(coalesceMilliseconds: 0))
         var events = app.events.makeAsyncIterator()
         fake.event(1, L2CAPEventKind.incoming, Self.info(9).attributes)
         fake.event(2, AccessoryEventKind.data, ["session": .number(9)], body: [0xAA])

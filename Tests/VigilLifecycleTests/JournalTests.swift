@@ -257,6 +257,55 @@ struct JournalTests {
         #expect(try fromJournal.deliver("y").seq == 4)
     }
 
+    @Test func onlyAcknowledgementsMayWaitForTheNextWrite() throws {
+        // The daemon writes the encoder's bytes only when `mustWrite`: an ack
+        // alone waits (a crash then redelivers, flagged, what was acked).
+        var encoder = JournalEncoder()
+        encoder.append(.acknowledged(app: "a", upTo: 3))
+        #expect(!encoder.mustWrite && !encoder.bytes.isEmpty)
+        var event = QueuedEvent(kind: "test")
+        event.seq = 4
+        let mustWrite: [JournalRecord] = [
+            .enqueued(app: "a", event: event), .merged(app: "a", seq: 4, offset: 0, bytes: [1]), .sent(app: "a", upTo: 4),
+            .withdrawn(app: "a", seqs: [4]), .drops(app: "a", unreported: 1, firstKind: "x", total: 1), .forceQuit(app: "a", true),
+        ]
+        for record in mustWrite {
+            var encoder = encoder
+            encoder.append(record)
+            #expect(encoder.mustWrite, "\(record) waited")
+            // Written together, in order, after the ack that waited.
+            #expect(JournalFormat.read(JournalFormat.header(generation: 1) + encoder.bytes)?.records == [.acknowledged(app: "a", upTo: 3), record])
+            encoder.clear()
+            #expect(!encoder.mustWrite && encoder.bytes.isEmpty)
+        }
+        encoder.append(.sent(app: "a", upTo: 4))
+        encoder.reset(after: [:])
+        #expect(!encoder.mustWrite)
+    }
+
+    @Test func anAcknowledgementLostWithItsWriteOnlyRedeliversFlagged() throws {
+        // What a crash between an ack and the next write leaves: the journal
+        // up to the event's send. The event comes back as redelivered, same seq.
+        let h = Harness()
+        try h.active(plain)
+        var encoder = JournalEncoder()
+        try h.deliver("seen")
+        h.engine.journalChanges(into: &encoder)
+        #expect(encoder.mustWrite)
+        let written = encoder.bytes
+        encoder.clear()
+        h.engine.acknowledge(plain, upTo: 1, now: h.now)
+        h.engine.journalChanges(into: &encoder)
+        #expect(!encoder.mustWrite)  // the ack waits: the crash comes now
+        let recovery = JournalReplay.recover(snapshot: [:], snapshotGeneration: 1, journal: JournalFormat.header(generation: 1) + written)
+        let restored = Harness()
+        restored.engine.restore(recovery.apps, now: 0)
+        try restored.active(plain)
+        #expect(restored.host.events(to: plain).map(\.seq) == [1])
+        #expect(restored.host.events(to: plain).map(\.redelivered) == [true])
+        #expect(try restored.deliver("next").seq == 2)
+    }
+
     @Test func sentEventsAreRedeliveredAsSuchAfterRecovery() throws {
         let h = Harness()
         try h.active(plain)

@@ -3,7 +3,9 @@
 credit-based, Tests/Lab/l2cap_peer.py on hci1) to a consumer on hci0, directly
 and through vigild, in one lab boot. Prints figures, asserts nothing (it
 fails only when it cannot measure or the bytes are wrong). Not in CI: run it
-with `scripts/vigil-lab run -- lab/tests/run-suite lab/bench --filter '^92-'`.
+with `scripts/vigil-lab run --timeout 2700 -- lab/tests/run-suite lab/bench
+--filter '^92-'` (3 rounds take about 4 minutes of guest time on a quiet
+host, 15-21 on a loaded one: more than the guest's default 900 s).
 
 Paths, each receiving $LAB_BENCH_BYTES (default 1 MiB) per round:
   direct          a socket client in this process (AF_BLUETOOTH, SOCK_SEQPACKET,
@@ -15,15 +17,32 @@ Paths, each receiving $LAB_BENCH_BYTES (default 1 MiB) per round:
                   out of the log to a file and acknowledges
   vigild, frozen  the same app in the background: suspended between events,
                   each session.data event is a wake (thaw, deliver, ack, freeze)
-Time per path: from the peer's `send` command to the last byte at the
-consumer (polled every 20 ms for the app); throughput = bytes / time. The
-rounds alternate the paths so drift touches each alike. Absolute figures
-are TCG's; the ratios to direct in the same boot are the result.
+  vigild, awake, coalesce 0
+                  the awake app with a channel opened with
+                  coalesceMilliseconds 0: every read announced at once
+                  (the latency setting; the others use the default 100 ms)
+  GATT direct     the same bytes as notifications of a characteristic the
+                  peer serves (--stream-service; each value MTU - 3 bytes, the
+                  ATT MTU as BlueZ and Bumble negotiate it, printed), read by
+                  this process from BlueZ's AcquireNotify socket (its own
+                  link, Device1.Connect); the GATT baseline
+  GATT vigild, awake / frozen
+                  l2cap_app.py --notify: subscribed with ble.notify (vigild
+                  takes AcquireNotify), the values of each ble.notification
+                  event appended to a file; foreground, then background
+Time per path: from the peer's `send` (or `notify`) command to the last byte
+at the consumer (polled every 20 ms for the apps); throughput = bytes / time.
+GATT notifications have no flow control: a value bluetoothd cannot pass on
+is lost, so a GATT path that goes 10 s without a byte is reported with what
+it got. The rounds alternate the paths so drift touches each alike.
+Absolute figures are TCG's; the ratios to direct L2CAP in the same boot
+are the result.
 """
-# lab-timeout: 1200
+# lab-timeout: 2400
 import ctypes
 import json
 import os
+import select
 import socket
 import statistics
 import struct
@@ -39,10 +58,16 @@ import accessory_lab as acc  # noqa: E402
 from accessory_lab import log  # noqa: E402
 
 APP = "org.vigil.lab.l2capbench"
+APP_NC = "org.vigil.lab.l2capbench.nocoalesce"
+APP_GATT = "org.vigil.lab.gattbench"
 ADDRESS, PSM = "C0:DE:00:00:00:20", 0x80
+SERVICE, CHARACTERISTIC = "7e1a0001-5d3c-4c1b-9a3e-76a9e0c1b001", "7e1a0002-5d3c-4c1b-9a3e-76a9e0c1b001"
 N = int(os.environ.get("LAB_BENCH_BYTES", str(1 << 20)))
 ROUNDS = int(os.environ.get("LAB_BENCH_ROUNDS", "3"))
 DATA = "/tmp/vigil-lab-92-app.bin"
+DATA_NC = "/tmp/vigil-lab-92-app-nc.bin"
+DATA_GATT = "/tmp/vigil-lab-92-app-gatt.bin"
+IDLE = 10.0  # a GATT path with no byte for this long has lost some
 libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -65,8 +90,16 @@ def vigild_pid():
         return int(file.read().strip())
 
 
-def app_pid(daemon):
-    return daemon.records_of(APP, "launch")[-1]["pid"]
+def app_pid(daemon, app=APP):
+    return daemon.records_of(app, "launch")[-1]["pid"]
+
+
+def bluetoothd_cpu():
+    try:
+        with open(os.path.join(lab.RUN, "bluetoothd.pid")) as file:
+            return cpu_seconds(int(file.read().strip()))
+    except (OSError, ValueError):
+        return float("nan")
 
 
 def wait_count(peer, kind, n, timeout, what):
@@ -106,92 +139,235 @@ def direct_round(peer, opened):
         s.close()
 
 
-def app_size():
+def app_size(data=DATA):
     try:
-        return os.path.getsize(DATA)
+        return os.path.getsize(data)
     except FileNotFoundError:
         return 0
 
 
-def vigild_round(peer, daemon, offset, start_of_pattern, path):
-    """N more bytes of the app's channel: at `offset` in the app's file, the
-    peer's pattern from `start_of_pattern` (it starts at 0 on each channel)."""
+def vigild_round(peer, daemon, offset, start_of_pattern, path, app=APP, data=DATA, gatt=False):
+    """N more bytes to an app: at `offset` in its file, the peer's pattern
+    from `start_of_pattern` (it starts at 0 on each channel or subscription).
+    A channel's bytes must all come; GATT values may be lost (see IDLE)."""
     start = time.monotonic()
-    daemon_cpu, app_cpu = cpu_seconds(vigild_pid()), cpu_seconds(app_pid(daemon))
-    events_before = len(daemon.records_of(APP, "data"))
-    peer.command(f"send {N}")
-    while app_size() < offset + N:
+    daemon_cpu, app_cpu, bt_cpu = cpu_seconds(vigild_pid()), cpu_seconds(app_pid(daemon, app)), bluetoothd_cpu()
+    record = "notification" if gatt else "data"
+    events_before = len(daemon.records_of(app, record))
+    peer.command(f"{'notify' if gatt else 'send'} {N}")
+    last, since = app_size(data), time.monotonic()
+    while app_size(data) < offset + N:
+        size = app_size(data)
+        if size != last:
+            last, since = size, time.monotonic()
+        if gatt and time.monotonic() - since > IDLE:
+            break
         if time.monotonic() - start > 600:
-            raise LabError(f"vigild: {app_size() - offset} of {N} bytes after 600 s\n{daemon.diagnostics()}")
+            raise LabError(f"vigild: {size - offset} of {N} bytes after 600 s\n{daemon.diagnostics()}")
         time.sleep(0.02)
-    elapsed = time.monotonic() - start
+    elapsed = (since if gatt and app_size(data) < offset + N else time.monotonic()) - start
     cpus[path].append(cpu_seconds(vigild_pid()) - daemon_cpu)
-    cpus[path + " (app)"].append(cpu_seconds(app_pid(daemon)) - app_cpu)
-    events[path].append(len(daemon.records_of(APP, "data")) - events_before)  # the app records each session.data
-    with open(DATA, "rb") as file:
+    cpus[path + " (app)"].append(cpu_seconds(app_pid(daemon, app)) - app_cpu)
+    if gatt:
+        cpus[path + " (bluetoothd)"].append(bluetoothd_cpu() - bt_cpu)
+    events[path].append(len(daemon.records_of(app, record)) - events_before)  # the app records each event
+    got = min(app_size(data), offset + N) - offset
+    received.setdefault(path, []).append(got)
+    with open(data, "rb") as file:
         file.seek(offset)
-        if file.read(N) != pattern(start_of_pattern, N):
-            raise LabError("vigild: wrong bytes")
+        if file.read(got) != pattern(start_of_pattern, got):
+            raise LabError(f"{path}: wrong bytes" + (" (values lost on the way?)" if got < N else ""))
     return elapsed
 
 
-if os.path.exists(DATA):
-    os.unlink(DATA)
+def direct_gatt_round(peer, bz):
+    """The GATT baseline: this process connects through BlueZ (its own link)
+    and reads the characteristic's AcquireNotify socket, one value per read."""
+    import dbus
+    dev = bz.discover(address=ADDRESS, timeout=60)
+    bz.connect(dev)
+    subscribed = len(peer.events("subscription"))
+    char = bz.obj(bz.characteristic(dev, CHARACTERISTIC), "org.bluez.GattCharacteristic1")
+    fd_obj, mtu = char.AcquireNotify(dbus.Dictionary({}, signature="sv"))
+    fd = fd_obj.take()
+    try:
+        wait_subscribed(peer, subscribed, "the direct client's subscription")
+        mtus["GATT direct (AcquireNotify)"] = int(mtu)
+        got = bytearray()
+        start, cpu, bt_cpu = time.monotonic(), time.process_time(), bluetoothd_cpu()
+        last, notified = start, len(peer.events("notified"))
+        peer.command(f"notify {N}")
+        while len(got) < N:
+            if not select.select([fd], [], [], IDLE)[0]:
+                break
+            value = os.read(fd, 4096)
+            if not value:
+                break
+            got += value
+            last = time.monotonic()
+        elapsed = last - start
+        cpus["GATT direct (AcquireNotify)"].append(time.process_time() - cpu)
+        cpus["GATT direct (AcquireNotify) (bluetoothd)"].append(bluetoothd_cpu() - bt_cpu)
+        received.setdefault("GATT direct (AcquireNotify)", []).append(len(got))
+        if bytes(got) != pattern(0, len(got)):
+            raise LabError("GATT direct: wrong bytes" + (" (values lost on the way?)" if len(got) < N else ""))
+        wait_count(peer, "notified", notified + 1, 120, "the notifications sent")
+        return elapsed
+    finally:
+        os.close(fd)
+        down = len(peer.events("disconnected"))
+        bz.disconnect(dev)
+        wait_count(peer, "disconnected", down + 1, 60, "the direct GATT link down")
+
+
+def wait_subscribed(peer, before, what):
+    """Waits for a subscription (notify on) after the first `before` subscription events."""
+    lab.wait_for(lambda: any(e.get("notify") for e in peer.events("subscription")[before:]), 90, f"peer: {what}")
+
+
+def link_down(peer, before, what):
+    """Drops the peer's link (if still up) and waits for its disconnected event."""
+    peer.command("disconnect")
+    wait_count(peer, "disconnected", before + 1, 60, f"link down after {what}")
+
+
+def launch(app, record, count, what):
+    ctl.app_action("launch", app)
+    daemon.wait(lambda: len(daemon.records_of(app, record)) > count, 90, what)
+
+
+for path in (DATA, DATA_NC, DATA_GATT):
+    if os.path.exists(path):
+        os.unlink(path)
 lab.bt_up()
-lab.Bluez("hci0").forget_all()
-peer = lab.Peer.start("l2peer", os.path.join(REPO, "Tests", "Lab", "l2cap_peer.py"), "--role", "server", "--psm", hex(PSM))
-daemon = acc.Daemon("92", apps={APP: {
-    "exec": [acc.APP_PYTHON, os.path.join(REPO, "Tests", "Lab", "l2cap_app.py")], "modes": ["bluetooth-central"],
-    "args": ["--data", DATA, "--peripheral", ADDRESS, "--psm", hex(PSM)]}},
+bz = lab.Bluez("hci0")
+# Not pumped while measuring: no copy of every PropertiesChanged for it.
+bz.bus.remove_signal_receiver(bz._on_props, "PropertiesChanged", "org.freedesktop.DBus.Properties",
+                              "org.bluez", path_keyword="path")
+bz.forget_all()
+peer = lab.Peer.start("l2peer", os.path.join(REPO, "Tests", "Lab", "l2cap_peer.py"), "--role", "server",
+                      "--psm", hex(PSM), "--stream-service", SERVICE, "--stream-characteristic", CHARACTERISTIC)
+APP_EXEC = [acc.APP_PYTHON, os.path.join(REPO, "Tests", "Lab", "l2cap_app.py")]
+daemon = acc.Daemon("92", apps={
+    APP: {"exec": APP_EXEC, "modes": ["bluetooth-central"],
+          "args": ["--data", DATA, "--peripheral", ADDRESS, "--psm", hex(PSM)]},
+    APP_NC: {"exec": APP_EXEC, "modes": ["bluetooth-central"],
+             "args": ["--data", DATA_NC, "--peripheral", ADDRESS, "--psm", hex(PSM), "--coalesce-ms", "0"]},
+    APP_GATT: {"exec": APP_EXEC, "modes": ["bluetooth-central"],
+               "args": ["--data", DATA_GATT + ".unused", "--peripheral", ADDRESS,
+                        "--notify", f"{SERVICE}/{CHARACTERISTIC}", "--notify-data", DATA_GATT]}},
     timings="suspend-grace = 0.5\nwake-budget = 5.0\n")
 ctl = daemon.control
 daemon.wait(lambda: ctl.request("ble.state")["state"] == "poweredOn", 60, "hci0 powered on")
 
-times = {"direct": [], "vigild, awake": [], "vigild, frozen": []}
-events = {"vigild, awake": [], "vigild, frozen": []}
-cpus = {"direct": [], "vigild, awake": [], "vigild, awake (app)": [], "vigild, frozen": [], "vigild, frozen (app)": []}
+L2CAP_PATHS = ["direct", "vigild, awake", "vigild, frozen", "vigild, awake, coalesce 0"]
+GATT_PATHS = ["GATT direct (AcquireNotify)", "GATT vigild, awake", "GATT vigild, frozen"]
+VIGILD_PATHS = [p for p in L2CAP_PATHS + GATT_PATHS if "vigild" in p]
+times = {path: [] for path in L2CAP_PATHS + GATT_PATHS}
+events = {path: [] for path in VIGILD_PATHS}
+cpus = {"direct": [], "GATT direct (AcquireNotify)": [], "GATT direct (AcquireNotify) (bluetoothd)": []}
+for path in VIGILD_PATHS:
+    cpus.update({path: [], path + " (app)": []})
+    if path.startswith("GATT"):
+        cpus[path + " (bluetoothd)"] = []
+received: dict = {}
+mtus: dict = {}
+wakes = {"vigild, frozen": 0, "GATT vigild, frozen": 0}
 opened = 0
 for round_ in range(ROUNDS):
+    # -- L2CAP: direct, then the app awake and frozen (100 ms window), then awake with no window.
     times["direct"].append(direct_round(peer, opened))
     opened += 1
     wait_count(peer, "channel-closed", opened, 30, "direct channel closed")
     # Bumble 0.0.236 keeps a closed channel's CID taken while its link lasts
     # ("source CID 64 already in use" refuses the next channel): a new link each time.
-    peer.command("disconnect")
-    wait_count(peer, "disconnected", 2 * round_ + 1, 30, "link down after the direct round")
-    ctl.app_action("launch", APP)
-    daemon.wait(lambda: len(daemon.records_of(APP, "channelOpened")) > round_, 90, "the app's channel")
+    link_down(peer, len(peer.events("disconnected")), "the direct round")
+    # l2cap_app.py writes a channel's bytes at their stream offset (from 0 on
+    # each channel): a new file per channel.
+    for path in (DATA, DATA_NC):
+        if os.path.exists(path):
+            os.unlink(path)
+    launch(APP, "channelOpened", round_, "the app's channel")
     wait_count(peer, "channel-open", opened + 1, 30, "the app's channel open")
     opened += 1
-    offset = app_size()
+    offset = 0
     times["vigild, awake"].append(vigild_round(peer, daemon, offset, 0, "vigild, awake"))
     ctl.app_action("background", APP)
     daemon.wait_state(APP, "suspended")
+    wakes_before = len([d for d in daemon.decisions(APP, "wake") if "session.data" in d.get("reason", "")])
     times["vigild, frozen"].append(vigild_round(peer, daemon, offset + N, N, "vigild, frozen"))  # the peer's pattern goes on
-    wakes = len([d for d in daemon.decisions(APP, "wake") if "session.data" in d.get("reason", "")])
+    wakes["vigild, frozen"] += len([d for d in daemon.decisions(APP, "wake") if "session.data" in d.get("reason", "")]) - wakes_before
+    down = len(peer.events("disconnected"))
     ctl.app_action("quit", APP)  # closes the channel and lets go of the link
     wait_count(peer, "channel-closed", opened, 60, "the app's channel closed")
-    peer.command("disconnect")  # if vigild has not dropped it yet
-    wait_count(peer, "disconnected", 2 * round_ + 2, 60, "link down after the vigild rounds")
-    log(f"round {round_ + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items()) + f"; {wakes} wakes so far")
+    link_down(peer, down, "the vigild rounds")  # if vigild has not dropped it yet
+
+    launch(APP_NC, "channelOpened", round_, "the coalesce-0 app's channel")
+    wait_count(peer, "channel-open", opened + 1, 30, "the coalesce-0 app's channel open")
+    opened += 1
+    times["vigild, awake, coalesce 0"].append(
+        vigild_round(peer, daemon, 0, 0, "vigild, awake, coalesce 0", app=APP_NC, data=DATA_NC))
+    down = len(peer.events("disconnected"))
+    ctl.app_action("quit", APP_NC)
+    wait_count(peer, "channel-closed", opened, 60, "the coalesce-0 app's channel closed")
+    link_down(peer, down, "the coalesce-0 round")
+
+    # -- GATT notifications: direct AcquireNotify, then the app awake and frozen.
+    times["GATT direct (AcquireNotify)"].append(direct_gatt_round(peer, bz))
+    subscribed, notified = len(peer.events("subscription")), len(peer.events("notified"))
+    launch(APP_GATT, "subscribed", round_, "the GATT app's ble.notify")
+    wait_subscribed(peer, subscribed, "the GATT app's subscription")
+    offset = app_size(DATA_GATT)
+    times["GATT vigild, awake"].append(
+        vigild_round(peer, daemon, offset, 0, "GATT vigild, awake", app=APP_GATT, data=DATA_GATT, gatt=True))
+    wait_count(peer, "notified", notified + 1, 120, "the awake app's notifications sent")
+    mtus["GATT vigild"] = peer.events("notified")[-1]["mtu"]
+    offset = app_size(DATA_GATT)  # after a loss the frozen round's bytes start where these ended
+    start_of_pattern = peer.events("notified")[-1]["bytes"]
+    ctl.app_action("background", APP_GATT)
+    daemon.wait_state(APP_GATT, "suspended")
+    wakes_before = len([d for d in daemon.decisions(APP_GATT, "wake") if "ble.notification" in d.get("reason", "")])
+    times["GATT vigild, frozen"].append(
+        vigild_round(peer, daemon, offset, start_of_pattern, "GATT vigild, frozen", app=APP_GATT, data=DATA_GATT, gatt=True))
+    wait_count(peer, "notified", notified + 2, 120, "the frozen app's notifications sent")
+    wakes["GATT vigild, frozen"] += len([d for d in daemon.decisions(APP_GATT, "wake")
+                                         if "ble.notification" in d.get("reason", "")]) - wakes_before
+    down = len(peer.events("disconnected"))
+    ctl.app_action("quit", APP_GATT)
+    link_down(peer, down, "the GATT app rounds")
+    log(f"round {round_ + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items()) + f"; wakes so far {wakes}")
 
 base = statistics.median(times["direct"])
 rows = []
 for path, values in times.items():
     median = statistics.median(values)
+    cpu = statistics.median(cpus[path])
+    app_cpu = statistics.median(cpus[path + " (app)"]) if path + " (app)" in cpus else None
+    bt_cpu = statistics.median(cpus[path + " (bluetoothd)"]) if path + " (bluetoothd)" in cpus else None
+    got = received.get(path, [N] * len(values))
     rows.append({"path": path, "seconds": values, "median_s": round(median, 3),
-                 "kib_per_s": round(N / 1024 / median, 1), "ratio_to_direct": round(base / median, 3)})
-print(f"\nL2CAP channel, {N} bytes per path and round, {ROUNDS} rounds (TCG: compare the ratios)")
-print(f"{'path':<16} {'median s':>9} {'KiB/s':>9} {'x direct':>9}")
+                 "s_per_mib": round(median * (1 << 20) / N, 3), "kib_per_s": round(N / 1024 / median, 1),
+                 "ratio_to_direct": round(base / median, 3),
+                 "events_per_mib": round(statistics.median(events[path]) * (1 << 20) / N, 1) if path in events else None,
+                 "cpu_s_per_mib": round(cpu * (1 << 20) / N, 3),
+                 "app_cpu_s_per_mib": None if app_cpu is None else round(app_cpu * (1 << 20) / N, 3),
+                 "bluetoothd_cpu_s_per_mib": None if bt_cpu is None else round(bt_cpu * (1 << 20) / N, 3),
+                 "received": got, "complete": all(g == N for g in got)})
+print(f"\nL2CAP channel and GATT notifications, {N} bytes per path and round, {ROUNDS} rounds (TCG: compare the ratios); "
+      f"ATT MTU {mtus}")
+print(f"{'path':<28} {'s/MiB':>7} {'KiB/s':>7} {'x direct':>8} {'ev/MiB':>7} {'CPU s/MiB':>10} {'app':>6} {'btd':>6}  rounds")
 for row in rows:
-    print(f"{row['path']:<16} {row['median_s']:>9.2f} {row['kib_per_s']:>9.1f} {row['ratio_to_direct']:>9.3f}")
-print(f"\nCPU seconds per path and round (median; the direct client's is its recv loop, vigild's its whole process)")
-for path, values in cpus.items():
-    print(f"{path:<22} {statistics.median(values):>7.3f}")
-print(f"\nsession.data events per path and round (median; rounds)")
-for path, values in events.items():
-    print(f"{path:<22} {statistics.median(values):>7.0f}  {values}")
+    def f(v, w, d):
+        return f"{'-':>{w}}" if v is None else f"{v:>{w}.{d}f}"
+    print(f"{row['path']:<28} {row['s_per_mib']:>7.2f} {row['kib_per_s']:>7.1f} {row['ratio_to_direct']:>8.3f} "
+          f"{f(row['events_per_mib'], 7, 0)} {row['cpu_s_per_mib']:>10.3f} {f(row['app_cpu_s_per_mib'], 6, 2)} "
+          f"{f(row['bluetoothd_cpu_s_per_mib'], 6, 2)}  {[round(x, 2) for x in row['seconds']]}"
+          + ("" if row["complete"] else f"  INCOMPLETE: received {row['received']} of {N}"))
+print("CPU: the direct clients' is their read loop; vigild's its whole process; app: the app process; "
+      "btd: bluetoothd (GATT paths)")
+print(f"frozen apps' wakes for their data, all rounds: {wakes}")
 results = os.environ.get("VIGIL_LAB_RESULTS", "/tmp")
 with open(os.path.join(results, "l2cap-bench.json"), "w") as file:
-    json.dump({"bytes": N, "rounds": ROUNDS, "paths": rows, "cpu_seconds": cpus, "data_events": events}, file, indent=1)
+    json.dump({"bytes": N, "rounds": ROUNDS, "mtu": mtus, "paths": rows, "cpu_seconds": cpus, "events": events,
+               "wakes": wakes}, file, indent=1)
 daemon.stop()

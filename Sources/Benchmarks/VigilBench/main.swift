@@ -8,12 +8,17 @@ import VigilSystem
 // real sample app. Prints figures; asserts nothing. See docs/performance.md.
 //
 //   swift build -c release && sudo .build/release/vigil-bench [--wakes N] [--idle-seconds S]
-//       [--settle-seconds S] [--vigild PATH] [--phases baseline,cgroup,signal] [--apps N ...] [--rounds R]
+//       [--settle-seconds S] [--vigild PATH] [--phases baseline,cgroup,signal,floor] [--apps N ...] [--rounds R]
+//       [--floor-writes WAKE,ACK] [--floor-threads N] [--floor-driver PATH]
 //
 // --wakes 0 skips the latency runs, --idle-seconds 0 the idle ones; --vigild
 // measures another build of vigild (e.g. an older one) with this benchmark;
 // --phases picks latency phases (callgrind runs one at a time); --apps N runs
-// the scale phase with N apps (each woken once per round, R rounds).
+// the scale phase with N apps (each woken once per round, R rounds); the
+// floor phase runs `vigil-wake-floor` (a wake's system calls and nothing else:
+// WakeFloor.swift) with WAKE journal appends in the wake's turn and ACK at the
+// app's ack (default 1,0) and a responder of N threads (default 6, as the
+// demo app), --floor-driver another driver (e.g. under strace).
 
 struct Options {
     var wakes = 1000
@@ -21,11 +26,14 @@ struct Options {
     var settleSeconds = 10
     var vigild: String?
     var phases: Set<String> = ["baseline", "cgroup", "signal"]
+    var floorWrites = WakeFloor.Writes(wake: 1, ack: 0)
+    var floorThreads = 6
+    var floorDriver: String?
     var scaleApps: [Int] = []
     var rounds = 3
 
     static let usageText = "usage: vigil-bench [--wakes N] [--idle-seconds S] [--settle-seconds S] [--vigild PATH]"
-        + " [--phases baseline,cgroup,signal] [--apps N ...] [--rounds R]\n"
+        + " [--phases baseline,cgroup,signal,floor] [--apps N ...] [--rounds R] [--floor-writes WAKE,ACK] [--floor-threads N] [--floor-driver PATH]\n"
 
     static func parse(_ arguments: [String]) -> Options {
         var options = Options()
@@ -38,7 +46,15 @@ struct Options {
             case "--vigild": options.vigild = arguments.popFirst()
             case "--phases":
                 options.phases = Set((arguments.popFirst() ?? "").split(separator: ",").map(String.init))
-                guard options.phases.isSubset(of: ["baseline", "cgroup", "signal"]) else { usage() }
+                guard options.phases.isSubset(of: ["baseline", "cgroup", "signal", "floor"]) else { usage() }
+            case "--floor-writes":
+                let counts = (arguments.popFirst() ?? "").split(separator: ",").compactMap { Int($0) }
+                guard counts.count == 2, counts[0] >= 1, counts[1] >= 0 else { usage() }
+                options.floorWrites = WakeFloor.Writes(wake: counts[0], ack: counts[1])
+            case "--floor-threads":
+                guard let threads = arguments.popFirst().flatMap(Int.init), threads > 0 else { usage() }
+                options.floorThreads = threads
+            case "--floor-driver": options.floorDriver = arguments.popFirst()
             case "--apps":
                 guard let count = arguments.popFirst().flatMap(Int.init), count > 0 else { usage() }
                 options.scaleApps.append(count)
@@ -102,6 +118,7 @@ func measure(_ name: String, daemon: BenchDaemon, count: Int, suspended: Bool) a
     var dispositions: [String: Int] = [:]
     if suspended { try await waitFor("suspension") { isSuspended(daemon, pid: pid) } }
     let cpuBefore = cpuNanoseconds(of: daemon.pid)
+    let ticksBefore = cpuTicks(of: daemon.pid)
     for _ in 0..<count {
         if suspended { try await waitFor("suspension") { isSuspended(daemon, pid: pid) } }
         let sent = MonotonicInstant.now().nanoseconds
@@ -119,9 +136,37 @@ func measure(_ name: String, daemon: BenchDaemon, count: Int, suspended: Bool) a
     // The last event's cycle ends with the app suspended again (or, awake, its ack handled).
     if suspended { try await waitFor("suspension") { isSuspended(daemon, pid: pid) } } else { usleep(20_000) }
     let cpu = Double(cpuNanoseconds(of: daemon.pid) - cpuBefore) / 1000 / Double(count)
+    let split = userShare(ticksBefore, cpuTicks(of: daemon.pid))
     let summary = dispositions.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
-    print("  \(name): \(count) events (\(summary)), vigild CPU \(String(format: "%.1f", cpu)) µs per event")
+    print("  \(name): \(count) events (\(summary)), vigild CPU \(String(format: "%.1f", cpu)) µs per event\(split)")
     return Figures(name: name, samples: samples, daemonCPUPerEvent: cpu)
+}
+
+/// User and system CPU time of every thread of `pid` so far, in clock ticks
+/// (`/proc/PID/task/TID/stat`, fields 14 and 15): coarse (10 ms), so only
+/// the split of a long phase's `cpuNanoseconds` between user space and the
+/// kernel is read from it.
+func cpuTicks(of pid: Int32) -> (user: UInt64, system: UInt64) {
+    let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+    var total: (user: UInt64, system: UInt64) = (0, 0)
+    for tid in tasks {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/task/\(tid)/stat", encoding: .utf8),
+              let end = text.lastIndex(of: ")") else { continue }
+        // Fields after the name (which may hold spaces): state is field 3, utime 14, stime 15.
+        let fields = text[text.index(after: end)...].split(separator: " ")
+        guard fields.count > 12, let user = UInt64(fields[11]), let system = UInt64(fields[12]) else { continue }
+        total.user += user
+        total.system += system
+    }
+    return total
+}
+
+/// The share of user space in the CPU time between two `cpuTicks` readings, as text.
+func userShare(_ before: (user: UInt64, system: UInt64), _ after: (user: UInt64, system: UInt64)) -> String {
+    let user = after.user - before.user, system = after.system - before.system
+    guard user + system > 0 else { return "" }
+    return String(format: " (%.0f%% user, %.0f%% kernel: %llu ticks)", 100 * Double(user) / Double(user + system),
+                  100 * Double(system) / Double(user + system), user + system)
 }
 
 /// CPU time of every thread of `pid` so far (user + system, ns), from the
@@ -254,6 +299,9 @@ func run(_ options: Options) async throws {
         }
         daemon.succeeded()
     }
+    if wakes > 0 && phases.contains("floor") {
+        figures += try await measureFloor(binaries: binaries, driver: options.floorDriver, writes: options.floorWrites, threads: options.floorThreads, count: wakes)
+    }
     var scale: [ScaleResult] = []
     for apps in options.scaleApps {
         print("  scale: \(apps) apps, \(options.rounds) rounds")
@@ -266,7 +314,7 @@ func run(_ options: Options) async throws {
     }
     print("")
     if !figures.isEmpty {
-        print("wake latency, from the event's send to the app's handler (µs), and vigild's CPU per event:")
+        print("wake latency, from the event's send to the app's handler (µs), and vigild's (the floor's driver's) CPU per event:")
         print("  scenario                              p50       p99       max    p50 vs baseline  vigild CPU µs")
         let baseline = figures.first { $0.name.hasPrefix("baseline") }?.percentile(0.5) ?? .nan
         for figure in figures {
@@ -275,6 +323,7 @@ func run(_ options: Options) async throws {
                 figure.samples.max() ?? .nan, figure.percentile(0.5) / baseline, figure.daemonCPUPerEvent)
             print("  " + figure.name.padding(toLength: 34, withPad: " ", startingAt: 0) + " " + numbers)
         }
+        print(floorReport(figures))
     }
     if !scale.isEmpty { print(scaleReport(scale)) }
     if !idle.isEmpty { print(idleReport(idle)) }

@@ -144,7 +144,9 @@ extension DaemonCore {
         }
         accessoryState.sessions.restore(kept, nextSessionID: saved.nextSessionID)
         for record in kept {
-            if case let .app(app) = record.holder { restoreLog(record.id, app: app) }
+            guard case let .app(app) = record.holder else { continue }
+            if Self.isChannelRecord(record) { restoreChannelWakeMode(record, app: app) }
+            restoreLog(record.id, app: app)
         }
         collectSessionLogs()
         var pending = Set(kept.map(\.id))
@@ -162,12 +164,12 @@ extension DaemonCore {
         }
         for id in pending.sorted() {
             guard let record = accessoryState.sessions.sessions[id] else { continue }
-            if record.reopen {
+            if Self.isChannelRecord(record) {
+                restoreChannelSession(record)  // DaemonCore+L2CAPRestore.swift
+            } else if record.reopen {
                 logger.info("session \(id) of \(record.holder) re-established after a daemon restart; it reopens when the accessory returns")
             } else {
-                let gone = record.protocolString.hasPrefix("l2cap:")
-                    ? "an L2CAP channel does not outlive vigild, which restarted" : "the accessory was gone when vigild restarted"
-                endSession(id, reason: gone, keepForReopen: false)
+                endSession(id, reason: "the accessory was gone when vigild restarted", keepForReopen: false)
             }
         }
         releaseUnclaimedKeptPorts()

@@ -42,6 +42,7 @@ extension DaemonCore {
             central.attach(peripheral)
             central.start()
         }
+        resumeL2CAP()  // the published PSMs listen again; see DaemonCore+L2CAPRestore.swift
     }
 
     /// For `status`: usable, or which of bus, bluetoothd, adapter and power is missing.
@@ -58,6 +59,7 @@ extension DaemonCore {
         var saved = SavedBluetooth()
         saved.central = central.assumeIsolated { $0.saved() }
         saved.peripheral = peripheral.assumeIsolated { $0.saved() }
+        saved.l2cap = savedL2CAP()
         return saved
     }
 

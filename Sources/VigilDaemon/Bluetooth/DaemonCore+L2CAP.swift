@@ -27,10 +27,13 @@ extension DaemonCore {
                 try openChannel(request, client: client, central: central, opening: .init(requestID: id, connectionID: connection.id))
             case PublishL2CAPChannel.type:
                 let request: PublishL2CAPChannel = try message.decode()
-                send(L2CAPChannelPublished(psm: try publish(request, client: client)), id: id, to: connection)
+                let psm = try publish(request, client: client)
+                saveL2CAPIntent(of: client)  // in the state file before the app can advertise the PSM
+                send(L2CAPChannelPublished(psm: psm), id: id, to: connection)
             case UnpublishL2CAPChannel.type:
                 let request: UnpublishL2CAPChannel = try message.decode()
                 try unpublish(request.psm, client: client)
+                saveL2CAPIntent(of: client)
                 send(Done(), id: id, to: connection)
             default:
                 return false
@@ -52,7 +55,7 @@ extension DaemonCore {
 
     // MARK: Opening (central role)
 
-    private func options(security: String?, receiveMTU: Int?) throws(ProtocolError) -> L2CAPOptions {
+    func options(security: String?, receiveMTU: Int?) throws(ProtocolError) -> L2CAPOptions {
         var options = L2CAPOptions(receiveMTU: Self.defaultL2CAPReceiveMTU)
         if let security {
             guard let level = L2CAPSecurity(name: security) else {
@@ -69,7 +72,7 @@ extension DaemonCore {
         return options
     }
 
-    private func psm(_ value: Int) throws(ProtocolError) -> L2CAPPSM {
+    func psm(_ value: Int) throws(ProtocolError) -> L2CAPPSM {
         do {
             return try L2CAPPSM(le: value)
         } catch {
@@ -100,8 +103,10 @@ extension DaemonCore {
                              opening: OpenChannel.Opening) throws(ProtocolError) {
         let psm = try psm(request.psm)
         let options = try options(security: request.security, receiveMTU: request.receiveMTU)
+        let coalesce = try channelCoalescing(request.coalesceMilliseconds)
         let target = try target(central, client, request.peripheral)
-        let wish = ChannelRequest(client: client, peer: target.address, psm: psm, options: options, reopen: request.reopen ?? false)
+        var wish = ChannelRequest(client: client, peer: target.address, psm: psm, options: options, reopen: request.reopen ?? false)
+        wish.coalesce = coalesce
         let socket = try connectSocket(wish, target: target)
         let record = accessoryState.sessions.openStream(holder: client.sessionHolder, name: "l2cap:\(target.address)/\(psm.value)")
         do {
@@ -174,6 +179,8 @@ extension DaemonCore {
             return
         }
         channelOpened(session, channel)
+        recordSessions()  // a channel's session outlives vigild: the next one reopens or ends it
+        if opening.connectionID != nil && channel.request.reopen { saveL2CAPIntent(of: channel.request.client) }
         let info = channelInfo(session, channel)
         if opening.connectionID == nil {
             logger.info("l2cap: session \(session) reopened: \(channel.request.peer) PSM \(channel.request.psm)")
@@ -270,15 +277,17 @@ extension DaemonCore {
     }
 
     /// The session ends for good: its log retires once its events are acknowledged.
-    private func finishChannel(_ session: Int, wakeMode: BackgroundMode, reason: String) {
+    func finishChannel(_ session: Int, wakeMode: BackgroundMode, reason: String) {
         guard let record = accessoryState.sessions.sessions[session] else { return }
         retireLog(session, holder: record.holder)
         accessoryState.sessions.close(session)
+        recordSessions()
+        scheduleSave()  // a `reopen` channel leaves the state file
         logger.info("l2cap: session \(session) closed: \(reason)")
         notifyChannelClosed(session, holder: record.holder, wakeMode: wakeMode, reason: reason, willReopen: false)
     }
 
-    private func notifyChannelClosed(_ session: Int, holder: SessionHolder, wakeMode: BackgroundMode, reason: String, willReopen: Bool) {
+    func notifyChannelClosed(_ session: Int, holder: SessionHolder, wakeMode: BackgroundMode, reason: String, willReopen: Bool) {
         switch holder {
         case let .app(app):
             let event = QueuedEvent(
@@ -313,13 +322,30 @@ extension DaemonCore {
 
     // MARK: Peripheral role
 
+    /// Publishing is idempotent: a PSM the client published already comes
+    /// back, and so does one it published without a PSM when it asks again
+    /// without one and with the same options (an app relaunched, or
+    /// reconnected after a daemon restart, gets the PSM it advertised before).
     private func publish(_ request: PublishL2CAPChannel, client: BluetoothClient) throws(ProtocolError) -> Int {
         let wanted = try request.psm.map { value throws(ProtocolError) in try psm(value) }
         let options = try options(security: request.security, receiveMTU: request.receiveMTU)
+        let coalesce = try channelCoalescing(request.coalesceMilliseconds)
         if let wanted, let existing = l2capState.published[wanted.value] {
             if existing.client == client { return Int(wanted.value) }
             throw ProtocolError(.invalidState, "PSM \(wanted.value) is already published by another client")
         }
+        if wanted == nil, let existing = l2capState.published.sorted(by: { $0.key < $1.key }).first(where: {
+            $0.value.client == client && $0.value.dynamic && $0.value.options == options && $0.value.coalesce == coalesce
+        }) {
+            return Int(existing.key)
+        }
+        return Int(try listen(wanted, options: options, coalesce: coalesce, client: client, dynamic: wanted == nil))
+    }
+
+    /// A listening socket on `wanted` (nil: a free dynamic PSM), watched for
+    /// centrals' channels; returns the PSM.
+    func listen(_ wanted: L2CAPPSM?, options: L2CAPOptions, coalesce: Duration, client: BluetoothClient,
+                dynamic: Bool) throws(ProtocolError) -> UInt16 {
         let listener: L2CAPSocket
         let bound: L2CAPPSM
         do {
@@ -328,17 +354,19 @@ extension DaemonCore {
         } catch {
             throw protocolError(error, "cannot publish PSM \(wanted.map { "\($0.value)" } ?? "(dynamic)")")
         }
-        let published = PublishedPSM(client: client, listener: listener, options: options)
+        let published = PublishedPSM(client: client, listener: listener, options: options, dynamic: dynamic)
+        published.coalesce = coalesce
         do {
             published.watch = try loop.watch(listener.fd, for: .readable) { [unowned self] _ in
                 self.assumeIsolated { $0.acceptChannels(bound.value) }
             }
         } catch {
+            listener.close()
             throw ProtocolError(.internalError, "cannot watch the listener: \(error)")
         }
         l2capState.published[bound.value] = published
         logger.info("l2cap: \(client) published PSM \(bound)")
-        return Int(bound.value)
+        return bound.value
     }
 
     private func unpublish(_ psm: Int, client: BluetoothClient) throws(ProtocolError) {
@@ -362,6 +390,7 @@ extension DaemonCore {
         for (psm, published) in l2capState.published where published.client == client {
             closeListener(psm, published)
         }
+        if case .app = client { scheduleSave() }
     }
 
     /// Channels centrals opened to a published PSM: each becomes a session of
@@ -379,8 +408,9 @@ extension DaemonCore {
             }
             guard let accepted else { return }
             let client = published.client
-            let request = ChannelRequest(client: client, peer: accepted.peer.description, psm: L2CAPPSM(bound: psm),
+            var request = ChannelRequest(client: client, peer: accepted.peer.description, psm: L2CAPPSM(bound: psm),
                                          options: published.options, reopen: false)
+            request.coalesce = published.coalesce
             let record = accessoryState.sessions.openStream(holder: client.sessionHolder, name: "l2cap:\(accepted.peer)/\(psm)")
             do {
                 _ = try openLog(record.id)
@@ -393,6 +423,7 @@ extension DaemonCore {
             let channel = OpenChannel(socket: accepted.socket, request: request, wakeMode: .bluetoothPeripheral, opening: nil)
             l2capState.channels[record.id] = channel
             channelOpened(record.id, channel)
+            recordSessions()
             deliverBluetoothEvent(L2CAPEventKind.incoming, channelInfo(record.id, channel).attributes, [], mode: .bluetoothPeripheral, to: client)
             updateChannelWatch(record.id, channel)
         }

@@ -82,18 +82,33 @@ extension DaemonCore {
     }
 
     /// How long a streaming channel's bytes may wait to share a
-    /// `session.data` event (see `holdsAnnouncement`). An LE link brings an
-    /// SDU every few milliseconds, and an awake app acknowledged each event
-    /// before the next came: one event per SDU, ~400 per MiB, whose cost
-    /// (queue, journal, wake, the app's handling) was 30 times the direct
-    /// reader's CPU per byte. A lone SDU after a quiet spell goes at once.
-    static let channelAnnounceWindow: Duration = .milliseconds(100)
+    /// `session.data` event unless its opener chose (`coalesceMilliseconds`;
+    /// see `holdsAnnouncement`). An LE link brings an SDU every few
+    /// milliseconds, and an awake app acknowledged each event before the next
+    /// came: one event per SDU, ~400 per MiB, whose cost (queue, journal,
+    /// wake, the app's handling) was 30 times the direct reader's CPU per
+    /// byte. A lone SDU after a quiet spell goes at once.
+    static let channelAnnounceWindow: Duration = .milliseconds(L2CAPCoalescing.defaultMilliseconds)
 
-    /// The window a session's announcements share, if any: channels only.
-    /// Serial sessions read a pty or UART in large reads and keep announcing
-    /// at once (docs/performance.md).
+    /// A request's `coalesceMilliseconds` as a window (nil: the default).
+    /// Capped at a second: beyond that the wait only adds latency, as a
+    /// window's bytes go out anyway once they fill a quarter of the buffer.
+    func channelCoalescing(_ milliseconds: Int?) throws(ProtocolError) -> Duration {
+        guard let milliseconds else { return Self.channelAnnounceWindow }
+        let range = L2CAPCoalescing.milliseconds
+        guard range.contains(milliseconds) else {
+            throw ProtocolError(.invalidArgument, "coalesceMilliseconds \(milliseconds) is outside \(range.lowerBound)-\(range.upperBound) (0: announce every read at once)")
+        }
+        return .milliseconds(milliseconds)
+    }
+
+    /// The window a session's announcements share, if any: channels only,
+    /// and not those opened with `coalesceMilliseconds: 0`. Serial sessions
+    /// read a pty or UART in large reads and keep announcing at once
+    /// (docs/performance.md).
     func announceCoalescing(_ session: Int) -> Duration? {
-        l2capState.channels[session] == nil ? nil : Self.channelAnnounceWindow
+        guard let window = l2capState.channels[session]?.request.coalesce, window > .zero else { return nil }
+        return window
     }
 
     /// Copies `bytes` into the log's free space (two pieces where the ring

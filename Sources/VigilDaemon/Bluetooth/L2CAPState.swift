@@ -23,6 +23,9 @@ struct L2CAPState {
     var published: [UInt16: PublishedPSM] = [:]
     /// Why this kernel has no L2CAP sockets, once a call found out (for messages).
     var unavailable: L2CAPError?
+    /// What the state file said, by app: from the daemon's start until the
+    /// sessions and Bluetooth are restored (`DaemonCore+L2CAPRestore.swift`).
+    var restoring: [String: SavedL2CAP] = [:]
 }
 
 /// What a channel was opened with, to open it again after its link returns.
@@ -32,6 +35,8 @@ struct ChannelRequest {
     var psm: L2CAPPSM
     var options: L2CAPOptions
     var reopen: Bool
+    /// How long its bytes may wait to share a data event (`announceCoalescing`; zero: never).
+    var coalesce: Duration = DaemonCore.channelAnnounceWindow
 }
 
 /// One channel's socket and traffic.
@@ -76,12 +81,18 @@ final class PublishedPSM {
     let client: BluetoothClient
     let listener: L2CAPSocket
     let options: L2CAPOptions
+    /// The coalescing window of the channels it accepts (`ChannelRequest.coalesce`).
+    var coalesce: Duration = DaemonCore.channelAnnounceWindow
+    /// Asked for without a PSM: publishing again without one (and the same
+    /// options) gets this one back, across relaunches and daemon restarts.
+    let dynamic: Bool
     var watch: WatchID?
 
-    init(client: BluetoothClient, listener: L2CAPSocket, options: L2CAPOptions) {
+    init(client: BluetoothClient, listener: L2CAPSocket, options: L2CAPOptions, dynamic: Bool) {
         self.client = client
         self.listener = listener
         self.options = options
+        self.dynamic = dynamic
     }
 }
 

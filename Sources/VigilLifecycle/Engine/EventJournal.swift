@@ -36,6 +36,17 @@ public enum JournalRecord: Sendable, Equatable {
     /// The user's force-quit flag, as it now is.
     case forceQuit(app: String, Bool)
 
+    /// Whether the record may wait for the next write that cannot: only an
+    /// acknowledgement. Lost in a crash, it brings back events the app already
+    /// has, which the journal holds as sent: the next daemon redelivers them
+    /// with their seqs, flagged `redelivered` (at-least-once; nothing lost, no
+    /// seq reused). Every other record must be durable before the daemon
+    /// relies on it (an event before the app can see it, `sent` before the app
+    /// does, or the redelivery would not be flagged).
+    public var mayWait: Bool {
+        if case .acknowledged = self { true } else { false }
+    }
+
     public var app: String {
         switch self {
         case let .enqueued(app, _), let .merged(app, _, _, _), let .sent(app, _), let .acknowledged(app, _),
@@ -125,6 +136,8 @@ public enum JournalFormat {
 /// Turns records into journal bytes; the daemon writes `bytes` with one write(2).
 public struct JournalEncoder: Sendable {
     public private(set) var bytes: [UInt8] = []
+    /// Whether `bytes` holds a record that may not wait (`JournalRecord.mayWait`).
+    public private(set) var mustWrite = false
     /// The force-quit flag of each app as the journal (or snapshot) has it, to
     /// journal only changes.
     var forceQuit: [String: Bool] = [:]
@@ -134,12 +147,14 @@ public struct JournalEncoder: Sendable {
     /// Starts over after a snapshot that holds `apps`.
     public mutating func reset(after apps: [String: SavedApp]) {
         bytes.removeAll(keepingCapacity: true)
+        mustWrite = false
         forceQuit = apps.mapValues(\.forceQuit)
     }
 
     /// The bytes were written; keeps the buffer for the next turn.
     public mutating func clear() {
         bytes.removeAll(keepingCapacity: bytes.capacity <= 4 << 20)
+        mustWrite = false
     }
 
     public mutating func append(_ record: JournalRecord) {
@@ -151,6 +166,7 @@ public struct JournalEncoder: Sendable {
         let crc = CRC32.checksum(bytes[(start + 8)...])
         bytes.storeLE(UInt32(length), at: start)
         bytes.storeLE(crc, at: start + 4)
+        if !record.mayWait { mustWrite = true }
     }
 }
 

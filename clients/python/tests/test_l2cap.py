@@ -29,7 +29,10 @@ async def test_refusals_name_the_problem(bluez_mock: BluetoothMock, vigild: Vigi
             await control.open_l2cap_channel(HRM, 0)
         assert error.value.code == "invalidArgument" and "LE PSM" in error.value.message
         with pytest.raises(vigil.VigilError) as error:
-            await control.open_l2cap_channel(HRM, 0x80)
+            await control.open_l2cap_channel(HRM, 0x80, coalesce_ms=1001)
+        assert error.value.code == "invalidArgument" and "coalesceMilliseconds" in error.value.message
+        with pytest.raises(vigil.VigilError) as error:
+            await control.open_l2cap_channel(HRM, 0x80, coalesce_ms=0)
         assert error.value.code == "notConnected"
         with pytest.raises(vigil.VigilError) as error:
             await control.unpublish_l2cap_channel(0x80)

@@ -81,11 +81,15 @@ class Client:
     # -- L2CAP channels
 
     async def open_l2cap_channel(self, peripheral: str, psm: int, *, reopen: bool | None = None,
-                                 security: str | None = None, receive_mtu: int | None = None) -> L2CAPChannel:
+                                 security: str | None = None, receive_mtu: int | None = None,
+                                 coalesce_ms: int | None = None) -> L2CAPChannel:
         """Opens a channel to `psm` on a peripheral this client is connected to
         (`ble.connect`, link up); returns once the peripheral accepted it. With
-        `reopen` the channel opens again (same session) when the link comes back."""
-        members: dict[str, Any] = {"peripheral": peripheral, "psm": int(psm), **l2cap_options(security, receive_mtu)}
+        `reopen` the channel opens again (same session) when the link comes back.
+        `coalesce_ms` (0-1000, default 100): how long an app's channel bytes may
+        wait to share a `session.data` event; 0 announces every read at once."""
+        members: dict[str, Any] = {"peripheral": peripheral, "psm": int(psm),
+                                   **l2cap_options(security, receive_mtu, coalesce_ms)}
         if reopen is not None:
             members["reopen"] = bool(reopen)
         opened: list[L2CAPChannel] = []
@@ -101,10 +105,11 @@ class Client:
         return opened[0]
 
     async def publish_l2cap_channel(self, psm: int | None = None, *, security: str | None = None,
-                                    receive_mtu: int | None = None) -> int:
+                                    receive_mtu: int | None = None, coalesce_ms: int | None = None) -> int:
         """Listens on `psm` (None: a free dynamic one); returns the PSM. Each channel a
-        central opens arrives as a `ble.l2cap.incoming` event; `l2cap_channel(event)` is it."""
-        members: dict[str, Any] = l2cap_options(security, receive_mtu)
+        central opens arrives as a `ble.l2cap.incoming` event; `l2cap_channel(event)` is it.
+        `coalesce_ms`: as `open_l2cap_channel`'s, for every channel to this PSM."""
+        members: dict[str, Any] = l2cap_options(security, receive_mtu, coalesce_ms)
         if psm is not None:
             members["psm"] = int(psm)
         published = int((await self.request("ble.publishL2CAPChannel", **members))["psm"])

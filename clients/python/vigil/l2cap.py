@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 INCOMING = "ble.l2cap.incoming"
 #: A channel opened with `reopen` is open again after its link came back (same session).
 REOPENED = "ble.l2cap.reopened"
+#: After a daemon restart vigild could not listen on a PSM this app published
+#: again (attributes: `psm`, `reason`); it is no longer published.
+UNPUBLISHED = "ble.l2cap.unpublished"
 
 
 class L2CAPChannel(AccessorySession):
@@ -46,12 +49,14 @@ class L2CAPChannel(AccessorySession):
         return f"L2CAPChannel(session={self.id}, peer={self.peer}, psm={self.psm})"
 
 
-def l2cap_options(security: str | None, receive_mtu: int | None) -> dict[str, Any]:
+def l2cap_options(security: str | None, receive_mtu: int | None, coalesce_ms: int | None = None) -> dict[str, Any]:
     members: dict[str, Any] = {}
     if security is not None:
         members["security"] = security
     if receive_mtu is not None:
         members["receiveMTU"] = int(receive_mtu)
+    if coalesce_ms is not None:
+        members["coalesceMilliseconds"] = int(coalesce_ms)
     return members
 
 
