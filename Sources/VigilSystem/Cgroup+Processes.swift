@@ -18,6 +18,19 @@ extension Cgroup {
         try events()["populated"] == 1
     }
 
+    /// A harness's clean-up: kills the processes of each child cgroup, waits
+    /// (up to `timeout` each) for it to empty, removes it, then this cgroup.
+    /// Best effort: what cannot be removed stays.
+    public func removeWithChildren(timeout: Duration = .seconds(5)) {
+        for name in (try? children()) ?? [] {
+            let group = child(name)
+            try? group.kill()
+            _ = try? group.waitUntil(populated: false, timeout: timeout)
+            try? group.remove()
+        }
+        try? remove()
+    }
+
     /// SIGKILLs every process in this cgroup and below, frozen ones included.
     ///
     /// With cgroup.kill (Linux 5.14+) the kernel does it atomically, so

@@ -233,13 +233,7 @@ final class BenchDaemon: @unchecked Sendable {
             Glibc.kill(pid, SIGKILL)
         }
         if let cgroupRoot {
-            let root = Cgroup(path: cgroupRoot)
-            for child in (try? root.children()) ?? [] {
-                try? root.child(child).kill()
-                _ = try? root.child(child).waitUntil(populated: false, timeout: .seconds(5))
-                try? root.child(child).remove()
-            }
-            try? root.remove()
+            Cgroup(path: cgroupRoot).removeWithChildren()
         }
         if !succeeded && !interrupted, let log = try? String(contentsOfFile: directory + "/vigild.log", encoding: .utf8) {
             let tail = log.split(separator: "\n", omittingEmptySubsequences: false).suffix(20).joined(separator: "\n")

@@ -118,13 +118,7 @@ final class WakeFloor: @unchecked Sendable {
             usleep(10_000)
         }
         close(process.pidfd)
-        let root = Cgroup(path: cgroupRoot)
-        for child in (try? root.children()) ?? [] {
-            try? root.child(child).kill()
-            _ = try? root.child(child).waitUntil(populated: false, timeout: .seconds(5))
-            try? root.child(child).remove()
-        }
-        try? root.remove()
+        Cgroup(path: cgroupRoot).removeWithChildren()
         try? FileManager.default.removeItem(atPath: directory)
     }
 }
