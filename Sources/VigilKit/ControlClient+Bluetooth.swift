@@ -17,6 +17,11 @@ extension ControlClient {
         try await connection.request(ListPeripherals(), expecting: PeripheralList.self).peripherals
     }
 
+    /// Every client's published PSMs and L2CAP channels (`ble.l2cap`).
+    public func l2cap() async throws -> L2CAPList {
+        try await connection.request(ListL2CAP(), expecting: L2CAPList.self)
+    }
+
     /// What the daemon pushes from now on (never `willRestoreState`), in order,
     /// until the connection closes. Take it before the request whose results
     /// it should see (a scan, a connect, a subscription).

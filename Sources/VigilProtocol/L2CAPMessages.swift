@@ -127,6 +127,62 @@ public struct UnpublishL2CAPChannel: Message, Equatable {
     public init(psm: Int) { self.psm = psm }
 }
 
+/// Request: the PSMs published and the channels open or waiting to reopen,
+/// every client's for a control client, its own for an app (`vigilctl ble
+/// l2cap list`). Reply: `L2CAPList`. A channel's traffic is its session's
+/// (`accessories` lists it with the serial sessions).
+public struct ListL2CAP: Message, Equatable {
+    public static let type = "ble.l2cap"
+    public init() {}
+}
+
+public struct L2CAPList: Message, Equatable {
+    public static let type = "reply"
+    public var published: [PublishedL2CAP]
+    public var channels: [L2CAPChannelStatus]
+    public init(published: [PublishedL2CAP], channels: [L2CAPChannelStatus]) {
+        self.published = published
+        self.channels = channels
+    }
+}
+
+/// A PSM vigild listens on for a client.
+public struct PublishedL2CAP: Sendable, Codable, Equatable {
+    public var psm: Int
+    /// `app ID` or `vigilctl (connection N)`, as in `SessionInfo`.
+    public var holder: String
+    public var security: String?
+    public var receiveMTU: Int
+    public var coalesceMilliseconds: Int
+    public init(psm: Int, holder: String, security: String?, receiveMTU: Int, coalesceMilliseconds: Int) {
+        self.psm = psm
+        self.holder = holder
+        self.security = security
+        self.receiveMTU = receiveMTU
+        self.coalesceMilliseconds = coalesceMilliseconds
+    }
+}
+
+/// A channel: `opening` (the peripheral has not accepted yet), `open`, or
+/// `waiting` (opened with `reopen`, its link gone: it opens again when the
+/// link is back).
+public struct L2CAPChannelStatus: Sendable, Codable, Equatable {
+    public var session: Int
+    public var holder: String
+    public var peer: String
+    public var psm: Int
+    public var state: String
+    public var reopen: Bool
+    public init(session: Int, holder: String, peer: String, psm: Int, state: String, reopen: Bool) {
+        self.session = session
+        self.holder = holder
+        self.peer = peer
+        self.psm = psm
+        self.state = state
+        self.reopen = reopen
+    }
+}
+
 /// Event kinds of L2CAP channels (attributes: `L2CAPChannelInfo`). A channel's
 /// bytes and its end are the session's own events (`session.data`,
 /// `session.closed` with a `reason`, `session.loss`).

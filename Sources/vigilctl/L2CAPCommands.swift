@@ -11,7 +11,7 @@ struct BleL2CAP: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "l2cap",
         abstract: "A terminal onto an L2CAP channel: to a peripheral's PSM (open) or from a central (listen).",
-        subcommands: [BleL2CAPOpen.self, BleL2CAPListen.self]
+        subcommands: [BleL2CAPOpen.self, BleL2CAPListen.self, BleL2CAPList.self]
     )
 }
 
@@ -108,4 +108,23 @@ private func l2capNote(_ message: String) {
 
 private func l2capFail(_ message: String) -> Never {
     SessionTerminal.fail(message)
+}
+
+struct BleL2CAPList: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "list", abstract: "List the PSMs vigild listens on and the channels open or waiting to reopen, with their holders.")
+
+    @OptionGroup var options: GlobalOptions
+
+    func run() async throws {
+        let list = try await options.connect().l2cap()
+        if options.json { return try printJSON(list) }
+        if list.published.isEmpty && list.channels.isEmpty { return print("no published PSMs and no channels") }
+        for entry in list.published {
+            print("PSM \(entry.psm)  published by \(entry.holder)  security \(entry.security ?? "low")  MTU \(entry.receiveMTU)  coalesce \(entry.coalesceMilliseconds) ms")
+        }
+        for channel in list.channels {
+            print("session \(channel.session)  \(channel.peer) PSM \(channel.psm)  \(channel.state)\(channel.reopen ? " (reopens)" : "")  held by \(channel.holder)")
+        }
+    }
 }

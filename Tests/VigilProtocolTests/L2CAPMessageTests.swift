@@ -24,6 +24,12 @@ import VigilProtocol
         #expect(try roundTrip(L2CAPChannelPublished(psm: 0x81)) == L2CAPChannelPublished(psm: 0x81))
         let info = L2CAPChannelInfo(session: 4, peer: "C0:DE:00:00:00:21", psm: 0x80, sendMTU: 247, receiveMTU: 2048)
         #expect(try roundTrip(L2CAPChannelOpened(channel: info)) == L2CAPChannelOpened(channel: info))
+        #expect(try roundTrip(ListL2CAP()) == ListL2CAP())
+        let list = L2CAPList(
+            published: [PublishedL2CAP(psm: 0x81, holder: "app org.example.a", security: nil, receiveMTU: 2048, coalesceMilliseconds: 100)],
+            channels: [L2CAPChannelStatus(session: 4, holder: "vigilctl (connection 2)", peer: "C0:DE:00:00:00:21", psm: 0x80,
+                                          state: "waiting", reopen: true)])
+        #expect(try roundTrip(list) == list)
     }
 
     @Test func coalescingTravelsAsWholeMillisecondsUnderItsProtocolName() throws {

@@ -48,8 +48,10 @@ def extra_threads(daemon):
     second), so any name here is a regression."""
     if daemon.poll() is not None:
         return []
-    names = sorted(open(f"/proc/{daemon.pid}/task/{tid}/comm").read().strip()
-                   for tid in os.listdir(f"/proc/{daemon.pid}/task"))
+    def name(tid):
+        with open(f"/proc/{daemon.pid}/task/{tid}/comm") as comm:
+            return comm.read().strip()
+    names = sorted(name(tid) for tid in os.listdir(f"/proc/{daemon.pid}/task"))
     return [name for name in names if name not in ("vigild", "vigild-loop")]
 
 

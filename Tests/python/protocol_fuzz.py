@@ -50,6 +50,10 @@ COMMON = {
     "ble.stopAdvertising": [],
     "ble.respond": ["request", "error"],
     "ble.updateValue": ["service", "characteristic"],
+    "ble.openL2CAPChannel": ["peripheral", "psm", "reopen", "security", "receiveMTU", "coalesceMilliseconds"],
+    "ble.publishL2CAPChannel": ["psm", "security", "receiveMTU", "coalesceMilliseconds"],
+    "ble.unpublishL2CAPChannel": ["psm"],
+    "ble.l2cap": [],
 }
 APP_TYPES = dict(COMMON, **{
     "beginBackgroundTask": ["name"],
@@ -57,6 +61,7 @@ APP_TYPES = dict(COMMON, **{
     "backgroundTimeRemaining": [],
     "ack": ["seq"],
     "registerForAccessoryNotifications": ["enabled"],
+    "mqtt.publish": ["topic", "qos"],
     # finishedProcessing is left out: it could freeze this very process mid-run.
 })
 CONTROL_TYPES = dict(COMMON, **{

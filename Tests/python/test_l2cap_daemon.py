@@ -154,6 +154,12 @@ class L2CAPRestartTests(ble.CentralRig):
         sessions = {s["session"]: s for s in self.control.request("accessories").get("sessions") or []}
         self.assertIn(self.REOPENED, sessions, "the reopen channel's session is kept")
         self.assertNotIn(self.ENDED, sessions, "a channel without reopen ends")
+        # `ble.l2cap` (vigilctl ble l2cap list): no PSM listened on, the channel waiting for its link.
+        listed = lambda: self.control.request("ble.l2cap")
+        self.wait_until(lambda: [c["state"] for c in listed()["channels"]] == ["waiting"], "the channel listed as waiting")
+        self.assertEqual(listed()["published"], [])
+        self.assertEqual([(c["session"], c["holder"], c["psm"], c["reopen"]) for c in listed()["channels"]],
+                         [(self.REOPENED, f"app {self.APP}", 0x80, True)])
         self.wait_until(lambda: self.saved_l2cap().get(self.APP, {}).get("published") == [],
                         "the PSM no longer in the state file")
         self.assertEqual([c["session"] for c in self.saved_l2cap()[self.APP]["channels"]], [self.REOPENED])

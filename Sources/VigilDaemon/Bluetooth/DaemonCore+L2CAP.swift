@@ -30,6 +30,8 @@ extension DaemonCore {
                 let psm = try publish(request, client: client)
                 saveL2CAPIntent(of: client)  // in the state file before the app can advertise the PSM
                 send(L2CAPChannelPublished(psm: psm), id: id, to: connection)
+            case ListL2CAP.type:
+                send(l2capList(for: client), id: id, to: connection)
             case UnpublishL2CAPChannel.type:
                 let request: UnpublishL2CAPChannel = try message.decode()
                 try unpublish(request.psm, client: client)
@@ -42,6 +44,25 @@ extension DaemonCore {
             throw ProtocolError(error.code, error.message, id: id)
         }
         return true
+    }
+
+    /// `ble.l2cap`: a control client sees every client's PSMs and channels, an app its own.
+    func l2capList(for client: BluetoothClient) -> L2CAPList {
+        let sees: (BluetoothClient) -> Bool = { owner in
+            if case .control = client { return true }
+            return owner == client
+        }
+        let published = l2capState.published.sorted { $0.key < $1.key }.filter { sees($0.value.client) }.map { psm, entry in
+            PublishedL2CAP(psm: Int(psm), holder: "\(entry.client.sessionHolder)", security: entry.options.security?.description,
+                           receiveMTU: Int(entry.options.receiveMTU ?? Self.defaultL2CAPReceiveMTU),
+                           coalesceMilliseconds: L2CAPCoalescing.milliseconds(of: entry.coalesce))
+        }
+        var channels: [(Int, ChannelRequest, String)] = l2capState.channels.map { ($0.key, $0.value.request, $0.value.opening == nil ? "open" : "opening") }
+        channels += l2capState.waiting.filter { l2capState.channels[$0.key] == nil }.map { ($0.key, $0.value, "waiting") }
+        return L2CAPList(published: published, channels: channels.filter { sees($0.1.client) }.sorted { $0.0 < $1.0 }.map { session, request, state in
+            L2CAPChannelStatus(session: session, holder: "\(request.client.sessionHolder)", peer: request.peer,
+                               psm: Int(request.psm.value), state: state, reopen: request.reopen)
+        })
     }
 
     /// The wake mode of a session's events: a channel's role's, else an accessory's.
