@@ -9,10 +9,19 @@ extension BluetoothPeripheral {
             await withdraw(old)
             clients[client]?.advertisement = nil
         }
-        let advertisement = PublishedAdvertisement(data: data, path: try objectPath("/org/vigil/advertising/\(token(client))"))
+        let advertisement = PublishedAdvertisement(
+            data: data, path: try objectPath("/org/vigil/advertising/\(token(client))_\(nextAdvertisementNumber)"))
+        nextAdvertisementNumber += 1
         _ = try properties(of: data)  // refuse bad data before BlueZ sees it
-        try await register(advertisement)
+        // The client's before BlueZ answers: a client that ends or registers
+        // again meanwhile withdraws it, and `register` undoes the late registration.
         clients[client, default: PeripheralClientState()].advertisement = advertisement
+        do throws(ProtocolError) {
+            try await register(advertisement)
+        } catch {
+            if clients[client]?.advertisement === advertisement { clients[client]?.advertisement = nil }
+            throw error
+        }
         // The name is an app's text: escaped, as every device string is in the log.
         log("bluetooth: \(client) advertises \(data.localName.map(DeviceText.quoted) ?? "(no name)") \(data.serviceUUIDs ?? [])")
     }
@@ -23,7 +32,19 @@ extension BluetoothPeripheral {
         await withdraw(advertisement)
     }
 
+    /// Registers with BlueZ. The actor runs other work while BlueZ answers:
+    /// if the advertisement was withdrawn meanwhile (its client re-registered
+    /// or ended), the registration is undone at once, or BlueZ would keep
+    /// advertising for nobody.
     func register(_ advertisement: PublishedAdvertisement) async throws(ProtocolError) {
+        try await registerWithBlueZ(advertisement)
+        if advertisement.withdrawn {
+            await withdraw(advertisement)
+            throw ProtocolError(.invalidState, "the advertisement was withdrawn while BlueZ registered it")
+        }
+    }
+
+    private func registerWithBlueZ(_ advertisement: PublishedAdvertisement) async throws(ProtocolError) {
         guard let (bus, adapter) = await blueZ() else { throw ProtocolError(.unavailable, "bluetoothd is not running or has no adapter") }
         let properties = try properties(of: advertisement.data)
         do {
@@ -48,6 +69,7 @@ extension BluetoothPeripheral {
     }
 
     func withdraw(_ advertisement: PublishedAdvertisement) async {
+        advertisement.withdrawn = true
         if advertisement.registered, let (bus, adapter) = await blueZ() {
             _ = try? await bus.call(
                 destination: BlueZ.service, path: adapter, interface: BlueZ.advertisingManager, member: "UnregisterAdvertisement",

@@ -44,7 +44,10 @@ extension BluetoothPeripheral {
         clients[client]?.services = []
         clients[client]?.advertisement = nil
         for service in state.services { await unpublish(service) }
-        if let advertisement = state.advertisement { await withdraw(advertisement) }
+        if let advertisement = state.advertisement {
+            await withdraw(advertisement)
+            log("bluetooth: \(client)'s advertising withdrawn")
+        }
         for (id, request) in pending where request.client == client {
             loop.cancelTimer(request.timer)
             request.call.replyError(name: "org.bluez.Error.Failed", message: "the app's services were withdrawn")

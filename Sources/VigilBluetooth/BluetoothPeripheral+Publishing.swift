@@ -43,8 +43,18 @@ extension BluetoothPeripheral {
         for service in removed { await unpublish(service) }
     }
 
-    /// Exports the service's objects and registers them with BlueZ.
+    /// Exports the service's objects and registers them with BlueZ. If the
+    /// service was withdrawn while BlueZ answered (its client re-registered
+    /// or ended), the registration is undone at once.
     func publish(_ service: PublishedService, for client: BluetoothClient) async throws(ProtocolError) {
+        try await registerWithBlueZ(service, for: client)
+        if service.withdrawn {
+            await unpublish(service)
+            throw ProtocolError(.invalidState, "the service was withdrawn while BlueZ registered it")
+        }
+    }
+
+    private func registerWithBlueZ(_ service: PublishedService, for client: BluetoothClient) async throws(ProtocolError) {
         guard let (bus, adapter) = await blueZ() else {
             throw ProtocolError(.unavailable, "bluetoothd is not running or has no adapter")
         }
@@ -86,6 +96,7 @@ extension BluetoothPeripheral {
     }
 
     func unpublish(_ service: PublishedService) async {
+        service.withdrawn = true
         if service.registered, let (bus, adapter) = await blueZ() {
             _ = try? await bus.call(
                 destination: BlueZ.service, path: adapter, interface: BlueZ.gattManager, member: "UnregisterApplication",

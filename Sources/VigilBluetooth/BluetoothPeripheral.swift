@@ -24,6 +24,9 @@ public actor BluetoothPeripheral {
     var pending: [Int: PendingRequest] = [:]
     var nextRequestID = 1
     var nextServiceNumber = 1
+    /// Each advertisement gets a path of its own: a new one never meets an old
+    /// one BlueZ has not let go of yet (`AlreadyExists`).
+    var nextAdvertisementNumber = 1
     /// Clients told `sent: false` that wait for `readyToUpdate`.
     var waitingForRoom: Set<BluetoothClient> = []
     var roomTimer: TimerID?
@@ -72,6 +75,8 @@ final class PublishedService: @unchecked Sendable {
     let root: ObjectPath
     var tree: DBusObjectTree?
     var registered = false
+    /// Withdrawn (`unpublish`): a registration still in flight is undone when it returns.
+    var withdrawn = false
     /// Characteristic object -> what it is.
     var characteristics: [ObjectPath: PublishedCharacteristic] = [:]
 
@@ -94,6 +99,8 @@ final class PublishedAdvertisement: @unchecked Sendable {
     let path: ObjectPath
     var tree: DBusObjectTree?
     var registered = false
+    /// Withdrawn (`withdraw`): a registration still in flight is undone when it returns.
+    var withdrawn = false
 
     init(data: AdvertisementData, path: ObjectPath) {
         self.data = data

@@ -123,6 +123,8 @@ class _State:
         self.app_notifications = {}  # app char path -> [bytes]
         self.register_timeout = 3.0
         self.remote_timeout = 5.0
+        self.hold_advertisements = False  # HoldAdvertisements: registrations answered on release
+        self.held_advertisements = []     # their replies, in order
 
 
 class _Adapter:
@@ -1165,9 +1167,16 @@ def _register_advertisement(a, sender, path, options, reply_cb, error_cb):
             error_cb(_err('org.bluez.Error.InvalidLength',
                           f'Advertising data too long ({n} > {st.max_adv_len} bytes)'))
             return
-        st.ads[key] = dbus.Dictionary(props, signature='sv')
-        _update_adv_props(a, st)
-        reply_cb()
+        def finish():
+            st.ads_pending.discard(key)
+            st.ads[key] = dbus.Dictionary(props, signature='sv')
+            _update_adv_props(a, st)
+            reply_cb()
+        if S.hold_advertisements:
+            st.ads_pending.add(key)
+            S.held_advertisements.append(finish)
+        else:
+            finish()
 
     def fail(e):
         st.ads_pending.discard(key)
@@ -1407,6 +1416,16 @@ def _c_advertisements(o, s):
     return out
 
 
+def _c_hold_advertisements(o, s, hold):
+    """While held, RegisterAdvertisement has read the object's properties but
+    does not answer yet (a slow bluetoothd); releasing answers every held one."""
+    S.hold_advertisements = bool(hold)
+    if not hold:
+        held, S.held_advertisements = S.held_advertisements, []
+        for finish in held:
+            finish()
+
+
 def _c_adv_limits(o, s, adapter, instances, max_len):
     apath = _adapter_path(adapter)
     st = S.adapters[apath]
@@ -1476,6 +1495,7 @@ CONTROL_METHODS = [
     ('RemoteNotifications', 'o', 'aay', _c_remote_notifications, False),
     ('Advertisements', '', 'a(soa{sv})', _c_advertisements, False),
     ('SetAdvertisingLimits', 'oyy', '', _c_adv_limits, False),
+    ('HoldAdvertisements', 'b', '', _c_hold_advertisements, False),
     ('DiscoverySessions', 'o', 'a{sa{sv}}', _c_discovery_sessions, False),
 ]
 

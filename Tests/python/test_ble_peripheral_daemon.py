@@ -77,6 +77,13 @@ class BluetoothPeripheralTests(MockBlueZDaemonTest):
         thread.start()
         return thread, result
 
+    def mock_calls(self):
+        return [str(call[4]) for call in self.mock.control.Calls()]
+
+    def daemon_log_text(self):
+        with open(f"{self.dir}/vigild.log", encoding="utf-8", errors="replace") as log:
+            return log.read()
+
     # Tests
 
     # Control-role tests, written with the vigil package (clients/python/vigil):
@@ -170,6 +177,35 @@ class BluetoothPeripheralTests(MockBlueZDaemonTest):
             self.assertEqual(refused.exception.code, "deviceError")
             self.assertIn("InvalidLength", refused.exception.message)
         self.peripheral_test(body)
+
+    def test_an_advertisement_withdrawn_while_bluez_registers_it_is_not_left_behind(self):
+        # The client goes while BlueZ is still registering its advertisement:
+        # the registration must be undone when it completes, or BlueZ
+        # advertises for nobody (and a later one at the same path met
+        # AlreadyExists after a daemon restart).
+        self.mock.control.HoldAdvertisements(True)
+
+        async def start_and_leave():
+            async with vigil.Control(self.socket) as control:
+                manager = await control.peripheral()
+                start = asyncio.ensure_future(manager.start_advertising(local_name="Gone", service_uuids=["180d"]))
+                deadline = time.monotonic() + 10
+                while "RegisterAdvertisement" not in self.mock_calls():
+                    self.assertLess(time.monotonic(), deadline, "vigild never asked to advertise")
+                    await asyncio.sleep(0.05)
+                start.cancel()
+        asyncio.run(start_and_leave())
+        self.wait_until(lambda: "advertising withdrawn" in self.daemon_log_text(), "vigild to withdraw the client's state")
+        self.mock.control.HoldAdvertisements(False)
+        self.wait_until(lambda: "UnregisterAdvertisement" in self.mock_calls(), "the late registration undone")
+        self.assertEqual(list(self.mock.control.Advertisements()), [], "an advertisement left registered for nobody")
+
+        # The next one registers normally.
+        async def advertise():
+            async with vigil.Control(self.socket) as control:
+                await (await control.peripheral()).start_advertising(local_name="Next", service_uuids=["180d"])
+                self.assertEqual([str(ad[2]["LocalName"]) for ad in self.mock.control.Advertisements()], ["Next"])
+        asyncio.run(advertise())
 
     def test_a_killed_app_keeps_its_service_and_is_relaunched_by_the_next_request(self):
         self.control.app_action("launch", APP)
