@@ -107,12 +107,12 @@ extension DaemonCore {
         }
         if let app = connection.appID, appConnections[app] == connection.id {
             appConnections[app] = nil
-            _ = try? withEngine { engine, _ in engine.disconnected(app) }
+            withEngine { engine, _ in engine.disconnected(app) }
         }
     }
 
-    func send<M: Message>(_ message: M, id: Int? = nil, body: [UInt8] = [], to connection: ClientConnection) {
-        connection.enqueue(MessageCodec.encode(message, id: id, body: body))
+    func send(frame: [UInt8], to connection: ClientConnection) {
+        connection.enqueue(frame)
         flush(connection)
     }
 

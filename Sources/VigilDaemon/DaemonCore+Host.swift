@@ -139,7 +139,7 @@ extension DaemonCore {
         if let connectionID = appConnections[app], let connection = connections[connectionID] {
             close(connection)
         }
-        _ = try? withEngine { engine, now in
+        withEngine { engine, now in
             engine.processExited(app, pid: pid, status: status, crashed: crashed, now: now)
         }
         if processes.isEmpty, stopWaiter != nil { endStopWait() }

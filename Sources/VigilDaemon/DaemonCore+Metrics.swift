@@ -170,7 +170,7 @@ extension DaemonCore {
             metrics.total("vigil_session_frame_errors_total", session, UInt64(max(info.frameErrors, 0)))
         }
         metrics.gauge("vigil_control_connections", [], Double(connections.count))
-        mqttMetrics(metrics)
+        componentsMetrics(metrics)
         metrics.endGauges(previous: previous)
         return metrics.page()
     }

@@ -7,9 +7,9 @@ import VigilSystem
 extension DaemonCore {
     /// A request type as a metrics label: known types as they are, anything
     /// else (a client may send any string) as one label, so labels stay bounded.
-    static func metricsType(_ type: String) -> String {
+    func metricsType(_ type: String) -> String {
         type.count <= 40 && type.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "." || $0 == "_") })
-            && (type.hasPrefix("ble.") || type.hasPrefix("refresh.") || knownRequestTypes.contains(type)) ? type : "other"
+            && (type.hasPrefix("ble.") || Self.knownRequestTypes.contains(type) || requestRoutes[type] != nil) ? type : "other"
     }
 
     static let knownRequestTypes: Set<String> = [
@@ -39,7 +39,7 @@ extension DaemonCore {
                 return
             }
         } catch {
-            metricsEndpoint?.metrics.count("vigil_request_errors_total", [("type", Self.metricsType(message.type)), ("code", error.code.rawValue)])
+            metricsEndpoint?.metrics.count("vigil_request_errors_total", [("type", metricsType(message.type)), ("code", error.code.rawValue)])
             if error.closesConnection {
                 fail(connection, error)
             } else if case .handshake = connection.phase {
@@ -100,7 +100,7 @@ extension DaemonCore {
                     version: version, daemon: Self.version, role: .app, app: owner, state: app.state,
                     launch: withRestoreIdentifiers(app.launch, of: owner), deadline: app.deadline, limits: limits),
                 to: connection)
-            _ = try withEngine { engine, now in engine.connected(owner, now: now) }
+            _ = withEngine { engine, now in engine.connected(owner, now: now) }
         }
     }
 
@@ -114,11 +114,11 @@ extension DaemonCore {
             withEngine { engine, now in engine.acknowledge(app, upTo: ack.seq, now: now) }
             removeRetiredLogs(of: app)
             resumeReading(for: app)
-            drainHeldMQTT(for: app)
+            componentsDidAcknowledge(by: app)
             metricsEndpoint?.metrics.acknowledged(by: app, now: now)
         case BeginBackgroundTask.type:
             let request: BeginBackgroundTask = try message.decode()
-            let task = try withEngine { engine, now in engine.beginBackgroundTask(app, name: request.name, now: now) }
+            let task = withEngine { engine, now in engine.beginBackgroundTask(app, name: request.name, now: now) }
             send(BackgroundTaskGranted(task: task), id: message.id, to: connection)
         case EndBackgroundTask.type:
             let request: EndBackgroundTask = try message.decode()
@@ -130,13 +130,12 @@ extension DaemonCore {
             try withEngine { engine, now throws(ProtocolError) in try engine.endBackgroundTask(app, task: request.task, now: now) }
         case FinishedProcessing.type:
             send(Done(), id: message.id, to: connection)
-            try withEngine { engine, now in engine.finishedProcessing(app, now: now) }
+            withEngine { engine, now in engine.finishedProcessing(app, now: now) }
         case QueryBackgroundTime.type:
-            let seconds = try withEngine { engine, now in engine.backgroundTimeRemaining(app, now: now) }
+            let seconds = withEngine { engine, now in engine.backgroundTimeRemaining(app, now: now) }
             send(BackgroundTimeRemaining(seconds: seconds), id: message.id, to: connection)
         default:
-            if try handleRefreshRequest(message, app: app, connection: connection) { return }
-            if try handleMQTTRequest(message, app: app, connection: connection) { return }
+            if try routeToComponent(message, from: .app(app), on: connection) { return }
             if try handleAccessoryRequest(message, holder: .app(app), connection: connection) { return }
             if try handleBluetoothRequest(message, client: .app(app), connection: connection) { return }
             throw ProtocolError(.unknownMessage, "unknown message type '\(message.type)' for an app", id: message.id)
@@ -189,6 +188,7 @@ extension DaemonCore {
             reloadManifests()
             send(ReloadResult(apps: engine.apps.keys.sorted(), problems: manifestProblems), id: message.id, to: connection)
         default:
+            if try routeToComponent(message, from: .control(connection: connection.id), on: connection) { return }
             if try handleAccessoryRequest(message, holder: .control(connection.id), connection: connection) { return }
             if try handleBluetoothRequest(message, client: .control(connection.id), connection: connection) { return }
             throw ProtocolError(.unknownMessage, "unknown message type '\(message.type)' for a control client", id: message.id)
@@ -202,7 +202,7 @@ extension DaemonCore {
             apps: engine.apps.count, manifestProblems: manifestProblems, timings: config.timings.asDictionary,
             uptime: Double((MonotonicInstant.now() - started).components.seconds), onStop: onStop.rawValue,
             portKeeper: portKeeperStatus, bluetooth: bluetoothHealth, udev: udevHealth)
-        status.mqtt = mqttHealth
+        componentsStatus(&status)
         return status
     }
 

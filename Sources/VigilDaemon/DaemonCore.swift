@@ -72,8 +72,10 @@ actor DaemonCore {
     /// The Bluetooth LE central role (nil when disabled by the config).
     var central: BluetoothCentral?
     var peripheral: BluetoothPeripheral?
-    /// The MQTT broker connection and outbox (nil without `[mqtt] broker`; `DaemonCore+MQTT`).
-    var mqtt: MQTTLink?
+    /// The subsystems, in start order (`DaemonComponent`).
+    let components: [any DaemonComponent]
+    /// Each request type a component handles, to that component.
+    let requestRoutes: [String: any DaemonComponent]
     /// A pending write of the state file; changes within it are written together.
     var saveTimer: TimerID?
     /// Set by the first stop signal (`VigilDaemonService`).
@@ -118,6 +120,8 @@ actor DaemonCore {
         self.stateStore = StateStore(directory: config.stateDirectory, durability: config.durability)
         self.processRecordFile = ProcessRecordFile(directory: config.stateDirectory)
         self.manifestPolicy = Self.manifestPolicy(for: config)
+        self.components = [RefreshComponent(), MQTTComponent()]
+        self.requestRoutes = Self.routes(for: components)
     }
 
     /// Picks the cgroup freezer where it works, and says why not where it doesn't.
@@ -182,7 +186,7 @@ actor DaemonCore {
         prepareL2CAPRestore(saved.bluetooth?.l2cap)
         restoreSessions()
         startBluetooth(restoring: saved.bluetooth)
-        startMQTT()
+        try startComponents(restoring: saved)
         logger.notice("listening", metadata: [
             "socket": "\(socketPath)", "suspension": "\(suspender.mechanism.rawValue)", "detail": "\(suspender.detail)",
         ])
@@ -198,7 +202,7 @@ actor DaemonCore {
         listener?.close()
         listener = nil
         stopMetrics()
-        stopMQTT()
+        stopComponentIntake()
         if let engine {
             switch onStop {
             case .leave:
@@ -223,6 +227,7 @@ actor DaemonCore {
         demoTimer = nil
         saveState()  // before Bluetooth stops: what apps asked of it is saved too
         await stopBluetooth()
+        await stopComponents(leavingApps: onStop == .leave)
         logger.notice("stopped")
     }
 
@@ -235,7 +240,7 @@ actor DaemonCore {
         }
         engine.updateManifests(result.manifests.merging(builtInManifests) { file, _ in file })
         logger.info("manifests loaded", metadata: ["apps": "\(engine.apps.keys.sorted())"])
-        updateMQTTSubscriptions()
+        componentsReloaded()
     }
 
     /// Adopts the apps an earlier daemon left running (or frozen, or stopped),
@@ -335,7 +340,9 @@ actor DaemonCore {
 
     /// A snapshot of the state, and a new event journal (see `StateStore`).
     func saveState() {
-        stateStore.save(engine: engine, bluetooth: savedBluetooth(), logger: logger)
+        var snapshot = DaemonSnapshot(apps: [:], bluetooth: savedBluetooth())
+        componentsSnapshot(&snapshot)
+        stateStore.save(engine: engine, bluetooth: snapshot.bluetooth, logger: logger)
     }
 
     /// One timer for the engine's earliest deadline; none when nothing is due,

@@ -20,6 +20,9 @@ import VigilLifecycle
 /// With `durability = "process"` (the default) written means in the page
 /// cache: it survives any crash of vigild, SIGKILL included. `"power"` adds
 /// fdatasync (and a directory fsync around renames) before relying on it.
+/// What the state file holds; each component saves its part (`DaemonComponent.save`).
+typealias DaemonSnapshot = StateStore.Contents
+
 final class StateStore {
     let path: String
     let journalPath: String

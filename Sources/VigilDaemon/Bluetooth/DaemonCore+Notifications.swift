@@ -60,7 +60,7 @@ extension DaemonCore {
     ) throws(ProtocolError) {
         if let last = engine.queuedEvents(of: app).last, last.stream == Self.notificationStream,
            NotificationValues.isFramed(last.attributes),
-           case let .notification(eventPath)?? = try? BluetoothEventContent(kind: last.kind, attributes: last.attributes) {
+           case let .notification(eventPath)? = try? BluetoothEventContent(kind: last.kind, attributes: last.attributes) {
             let record = NotificationValues.record(value, of: path, in: eventPath)
             // `merge` takes it only while that event is unsent (and still the last).
             if last.payload.count + record.count <= Self.maxNotificationEventBytes,

@@ -4,12 +4,17 @@ import VigilProtocol
 /// Store-and-forward export (docs/fleet.md): `mqtt.publish` appends to the
 /// durable outbox before it replies; the outbox is published in order as the
 /// connection's events (also handled here) allow.
-extension DaemonCore {
-    /// Handles `mqtt.*` requests of the app role; false for any other message.
-    func handleMQTTRequest(_ message: IncomingMessage, app: String, connection: ClientConnection) throws(ProtocolError) -> Bool {
-        guard message.type == MQTTPublish.type else { return false }
+extension MQTTComponent {
+    /// `mqtt.publish`, of the app role.
+    func handle<S: DaemonServices>(
+        _ message: IncomingMessage, from requester: Requester, on connection: ClientConnection,
+        services: isolated S
+    ) throws(ProtocolError) {
+        guard let app = requester.app else {
+            throw ProtocolError(.unknownMessage, "unknown message type '\(message.type)' for a control client", id: message.id)
+        }
         let request: MQTTPublish = try message.decode()
-        guard let mqtt else {
+        guard let mqtt = link else {
             throw ProtocolError(.unavailable, "MQTT is not configured (vigild.toml has no [mqtt] broker)", id: message.id)
         }
         if let qos = request.qos, qos != 1 {
@@ -25,18 +30,17 @@ extension DaemonCore {
             switch error {
             case .full(let text): throw ProtocolError(.queueFull, text, id: message.id)
             case .io(let text):
-                logger.error("MQTT: \(text)")
+                services.logger.error("MQTT: \(text)")
                 throw ProtocolError(.internalError, text, id: message.id)
             }
         }
-        send(MQTTPublishQueued(seq: entry.seq, queued: mqtt.outbox.entries.count, connected: mqtt.connected), id: message.id, to: connection)
-        pumpOutbox()
-        return true
+        services.send(MQTTPublishQueued(seq: entry.seq, queued: mqtt.outbox.entries.count, connected: mqtt.connected), id: message.id, to: connection)
+        pumpOutbox(services: services)
     }
 
     /// Publishes outbox messages in order, up to the window.
-    func pumpOutbox() {
-        guard let mqtt, mqtt.connected else { return }
+    func pumpOutbox<S: DaemonServices>(services: isolated S) {
+        guard let mqtt = link, mqtt.connected else { return }
         while mqtt.inFlight.count < MQTTLink.window,
               let next = mqtt.outbox.entries.first(where: { $0.seq > mqtt.sentUpTo }) {
             switch mqtt.connection.publish(topic: next.topic, payload: next.payload) {
@@ -45,7 +49,7 @@ extension DaemonCore {
                 mqtt.sentUpTo = next.seq
             case .failure(let error):
                 if mqtt.lastProblem != error.description {
-                    logger.warning("MQTT: publishing waits: \(error)")
+                    services.logger.warning("MQTT: publishing waits: \(error)")
                     mqtt.lastProblem = error.description
                 }
                 return
@@ -53,8 +57,9 @@ extension DaemonCore {
         }
     }
 
-    func mqttEvent(_ event: MQTTEvent) {
-        guard let mqtt else { return }
+    func linkEvent<S: DaemonServices>(_ event: MQTTEvent, services: isolated S) {
+        guard let mqtt = link else { return }
+        let logger = services.logger
         switch event {
         case .connected(let sessionPresent):
             mqtt.connected = true
@@ -65,7 +70,7 @@ extension DaemonCore {
                 "broker": "\(mqtt.connection.options.serverURI)", "session": "\(sessionPresent ? "resumed" : "new")",
                 "outbox": "\(mqtt.outbox.entries.count)",
             ])
-            pumpOutbox()
+            pumpOutbox(services: services)
         case .connectFailed(let reason):
             if mqtt.lastProblem != reason { logger.warning("MQTT: \(reason); retrying") }
             mqtt.lastProblem = reason
@@ -80,7 +85,7 @@ extension DaemonCore {
             guard let seq = mqtt.inFlight.removeValue(forKey: token) else { return }
             mqtt.outbox.remove(seq)
             mqtt.published += 1
-            pumpOutbox()
+            pumpOutbox(services: services)
         case .subscribeFailed(let reason):
             if mqtt.lastSubscribeProblem != reason { logger.error("MQTT: \(reason); retrying every 10 s") }
             mqtt.lastSubscribeProblem = reason
@@ -90,9 +95,13 @@ extension DaemonCore {
 
 // MARK: Status and metrics
 
-extension DaemonCore {
-    var mqttHealth: MQTTHealth? {
-        guard let mqtt else { return nil }
+extension MQTTComponent {
+    func addStatus<S: DaemonServices>(to status: inout DaemonStatus, services: isolated S) {
+        status.mqtt = health
+    }
+
+    var health: MQTTHealth? {
+        guard let mqtt = link else { return nil }
         return MQTTHealth(
             broker: mqtt.connection.options.serverURI, connected: mqtt.connected,
             detail: mqtt.connected ? "" : (mqtt.lastProblem ?? "connecting"), outbox: mqtt.outbox.entries.count,
@@ -101,8 +110,8 @@ extension DaemonCore {
     }
 
     /// Series in docs/observability.md (only with `[mqtt] broker`).
-    func mqttMetrics(_ metrics: DaemonMetrics) {
-        guard let health = mqttHealth else { return }
+    func addMetrics<S: DaemonServices>(to metrics: DaemonMetrics, services: isolated S) {
+        guard let health else { return }
         metrics.gauge("vigil_mqtt_connected", [], health.connected ? 1 : 0)
         metrics.gauge("vigil_mqtt_outbox_messages", [], Double(health.outbox))
         metrics.gauge("vigil_mqtt_outbox_bytes", [], Double(health.outboxBytes))

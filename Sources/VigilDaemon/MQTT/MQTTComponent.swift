@@ -30,8 +30,19 @@ private final class Handoff: @unchecked Sendable {
     }
 }
 
-extension DaemonCore {
-    func startMQTT() {
+/// The broker connection (docs/fleet.md): push wakes for apps with the
+/// `remote-notification` mode, the held spool for apps whose queue is full,
+/// and (`MQTTComponent+Export`) the outbox of `mqtt.publish`. Runs only with
+/// `[mqtt] broker` configured.
+final class MQTTComponent: DaemonComponent {
+    let name = "mqtt"
+    let requestTypes: Set<String> = [MQTTPublish.type]
+    /// nil until started, and when the broker cannot be used.
+    var link: MQTTLink?
+
+    func start<S: DaemonServices>(restoring saved: DaemonSnapshot, services: isolated S) throws {
+        let config = services.config
+        let logger = services.logger
         let settings = config.mqtt
         guard let broker = settings.broker else { return }
         var password: String?
@@ -44,11 +55,11 @@ extension DaemonCore {
         }
         let folder = config.stateDirectory + "/mqtt"
         let options = MQTTClientOptions(
-            serverURI: broker, clientID: settings.clientID ?? Self.defaultMQTTClientID(), username: settings.username,
+            serverURI: broker, clientID: settings.clientID ?? Self.defaultClientID(), username: settings.username,
             password: password, caFile: settings.caFile, certificateFile: settings.certificateFile, keyFile: settings.keyFile,
             keepAlive: settings.keepAlive, storeDirectory: folder + "/received", sync: config.durability == .power)
-        let loop = self.loop
-        let core = self
+        let loop = services.loop
+        let core = services
         do {
             let outbox = try MQTTSpool(
                 name: "outbox", directory: folder + "/outbox", sync: config.durability == .power,
@@ -62,33 +73,43 @@ extension DaemonCore {
             let connection = try MQTTConnection(
                 options: options,
                 onEvent: { event in
-                    loop.execute { core.assumeIsolated { $0.mqttEvent(event) } }
+                    loop.execute(core.callback(MQTTComponent.self) { mqtt, services in mqtt.linkEvent(event, services: services) })
                 },
                 onMessage: { message in
                     let handoff = Handoff()
-                    loop.execute { core.assumeIsolated { handoff.finish($0.mqttArrived(message)) } }
+                    loop.execute(core.callback(MQTTComponent.self) { mqtt, services in
+                        handoff.finish(mqtt.arrived(message, services: services))
+                    })
                     return handoff.wait(seconds: 30)
                 })
-            mqtt = MQTTLink(connection: connection, outbox: outbox, held: held)
+            link = MQTTLink(connection: connection, outbox: outbox, held: held)
         } catch {
             logger.error("MQTT: \(error); not connecting to \(broker)")
             return
         }
-        updateMQTTSubscriptions()
-        for app in Set(mqtt?.held.entries.map(\.app) ?? []) { drainHeldMQTT(for: app) }
-        mqtt?.connection.start()
+        updateSubscriptions(services: services)
+        for app in Set(link?.held.entries.map(\.app) ?? []) { drainHeld(for: app, services: services) }
+        link?.connection.start()
         logger.notice("MQTT: connecting", metadata: [
             "broker": "\(broker)", "client-id": "\(options.clientID)", "tls": "\(options.usesTLS)",
-            "outbox": "\(mqtt?.outbox.entries.count ?? 0)",
+            "outbox": "\(link?.outbox.entries.count ?? 0)",
         ])
     }
 
-    func stopMQTT() {
-        mqtt?.connection.stop()
+    func stopIntake<S: DaemonServices>(services: isolated S) {
+        link?.connection.stop()
+    }
+
+    func manifestsReloaded<S: DaemonServices>(services: isolated S) {
+        updateSubscriptions(services: services)
+    }
+
+    func didAcknowledge<S: DaemonServices>(by app: String, services: isolated S) {
+        drainHeld(for: app, services: services)
     }
 
     /// "vigil-" and the machine id's first 12 digits, else the host name.
-    static func defaultMQTTClientID() -> String {
+    static func defaultClientID() -> String {
         if let text = try? String(contentsOfFile: "/etc/machine-id", encoding: .utf8), case let id = trimmed(text, \.isWhitespace),
            id.count >= 12 {
             return "vigil-" + id.prefix(12)
@@ -97,36 +118,38 @@ extension DaemonCore {
     }
 
     /// Subscribes to every filter of every app with the mode (after a reload too).
-    func updateMQTTSubscriptions() {
-        guard let mqtt, let engine else { return }
+    func updateSubscriptions<S: DaemonServices>(services: isolated S) {
+        guard let link, let engine = services.engine else { return }
         let filters = engine.apps.values.filter { $0.manifest.backgroundModes.contains(.remoteNotification) }
             .flatMap(\.manifest.mqttTopics)
-        mqtt.connection.subscribe(to: Set(filters))
+        link.connection.subscribe(to: Set(filters))
     }
 
     // MARK: Push wakes
 
     /// A message from the MQTT receive thread: true once it is queued for its
     /// apps and journaled (or held); false to have the store keep it.
-    func mqttArrived(_ message: MQTTIncoming) -> Bool {
-        guard let mqtt, !stopping else { return false }
+    func arrived<S: DaemonServices>(_ message: MQTTIncoming, services: isolated S) -> Bool {
+        guard let link, !services.stopping else { return false }
+        let logger = services.logger
+        let engine = services.engine!
         let targets = engine.apps.values.filter { app in
             app.manifest.backgroundModes.contains(.remoteNotification)
                 && app.manifest.mqttTopics.contains { MQTTTopic.matches(filter: $0, topic: message.topic) }
         }.map(\.id).sorted()
         guard !targets.isEmpty else {
-            mqtt.unrouted += 1
-            logger.warning("MQTT: a message on \(message.topic) matches no app's mqtt-topics; dropped (\(mqtt.unrouted) so far)")
+            link.unrouted += 1
+            logger.warning("MQTT: a message on \(message.topic) matches no app's mqtt-topics; dropped (\(link.unrouted) so far)")
             return true
         }
-        mqtt.received += 1
+        link.received += 1
         let flags: UInt8 = (message.retained ? 1 : 0) | (message.duplicate ? 2 : 0)
         var direct: [String] = []
         for app in targets {
             // Behind a full queue, or behind messages held before: held, in order.
-            if engine.apps[app]?.queue.isFull == true || mqtt.held.entries.contains(where: { $0.app == app }) {
+            if engine.apps[app]?.queue.isFull == true || link.held.entries.contains(where: { $0.app == app }) {
                 do {
-                    _ = try mqtt.held.append(app: app, topic: message.topic, payload: message.payload, flags: flags)
+                    _ = try link.held.append(app: app, topic: message.topic, payload: message.payload, flags: flags)
                     continue
                 } catch {
                     switch error {
@@ -141,14 +164,14 @@ extension DaemonCore {
             }
             direct.append(app)
         }
-        let event = Self.mqttEvent(topic: message.topic, payload: message.payload, flags: flags)
-        withEngine { engine, now in
+        let event = Self.event(topic: message.topic, payload: message.payload, flags: flags)
+        services.withEngine { engine, now in
             for app in direct { _ = try? engine.deliver(event, to: app, now: now) }
         }  // withEngine journals the queued events before it returns
         return true
     }
 
-    static func mqttEvent(topic: String, payload: [UInt8], flags: UInt8) -> QueuedEvent {
+    static func event(topic: String, payload: [UInt8], flags: UInt8) -> QueuedEvent {
         QueuedEvent(
             kind: MQTTEventKind.message,
             attributes: ["topic": .string(topic), "retained": .bool(flags & 1 != 0), "duplicate": .bool(flags & 2 != 0)],
@@ -158,22 +181,22 @@ extension DaemonCore {
     /// Moves the app's held messages into its event queue while it has room
     /// (after an acknowledgement). Each leaves the spool once journaled; a
     /// crash in between delivers it twice, as QoS 1 may.
-    func drainHeldMQTT(for app: String) {
-        guard let mqtt, mqtt.held.entries.contains(where: { $0.app == app }) else { return }
+    func drainHeld<S: DaemonServices>(for app: String, services: isolated S) {
+        guard let link, link.held.entries.contains(where: { $0.app == app }) else { return }
         var moved: [UInt64] = []
-        withEngine { engine, now in
-            for entry in mqtt.held.entries where entry.app == app {
+        services.withEngine { engine, now in
+            for entry in link.held.entries where entry.app == app {
                 guard let record = engine.apps[app] else {
                     moved.append(entry.seq)  // the app is gone (its manifest removed)
-                    mqtt.unrouted += 1
+                    link.unrouted += 1
                     continue
                 }
                 if record.queue.isFull { break }
-                _ = try? engine.deliver(Self.mqttEvent(topic: entry.topic, payload: entry.payload, flags: entry.flags), to: app, now: now)
+                _ = try? engine.deliver(Self.event(topic: entry.topic, payload: entry.payload, flags: entry.flags), to: app, now: now)
                 moved.append(entry.seq)
             }
         }
-        for seq in moved { mqtt.held.remove(seq) }
+        for seq in moved { link.held.remove(seq) }
     }
 }
 

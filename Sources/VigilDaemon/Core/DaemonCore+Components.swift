@@ -1,0 +1,97 @@
+import VigilLifecycle
+import VigilProtocol
+
+/// The core's side of `DaemonComponent`: one list, and every fan-out a loop
+/// over it.
+extension DaemonCore: DaemonServices {
+    var metrics: DaemonMetrics? { metricsEndpoint?.metrics }
+
+    func connection(_ id: Int) -> ClientConnection? { connections[id] }
+
+    func connection(ofApp app: String) -> ClientConnection? {
+        appConnections[app].flatMap { connections[$0] }
+    }
+
+    func component<C: DaemonComponent>(_ type: C.Type) -> C? {
+        for component in components {
+            if let match = component as? C { return match }
+        }
+        return nil
+    }
+
+    func identity(ofApp app: String) -> DaemonCore.AppIdentity? { appIdentities[app] }
+}
+
+extension DaemonCore {
+    /// Builds the request routing table: each type to the one component
+    /// that lists it. Two components listing one type is a programming error.
+    static func routes(for components: [any DaemonComponent]) -> [String: any DaemonComponent] {
+        var routes: [String: any DaemonComponent] = [:]
+        for component in components {
+            for type in component.requestTypes {
+                precondition(routes[type] == nil, "request type '\(type)' is claimed by \(routes[type]!.name) and \(component.name)")
+                routes[type] = component
+            }
+        }
+        return routes
+    }
+
+    func startComponents(restoring saved: DaemonSnapshot) throws {
+        for component in components {
+            try component.start(restoring: saved, services: self)
+        }
+    }
+
+    func stopComponentIntake() {
+        for component in components { component.stopIntake(services: self) }
+    }
+
+    func stopComponents(leavingApps: Bool) async {
+        for component in components.reversed() {
+            await component.stop(leavingApps: leavingApps, services: self)
+        }
+    }
+
+    /// Routes a request to the component that handles its type; false if none does.
+    func routeToComponent(_ message: IncomingMessage, from requester: Requester, on connection: ClientConnection) throws(ProtocolError) -> Bool {
+        guard let component = requestRoutes[message.type] else { return false }
+        try component.handle(message, from: requester, on: connection, services: self)
+        return true
+    }
+
+    func componentsReloaded() {
+        for component in components { component.manifestsReloaded(services: self) }
+    }
+
+    func componentsAppStateChanged(_ app: String, from old: AppState, to new: AppState) {
+        for component in components { component.appStateChanged(app, from: old, to: new, services: self) }
+    }
+
+    func componentsWillAcknowledge(_ seq: UInt64, by app: String) {
+        for component in components { component.willAcknowledge(seq, by: app, services: self) }
+    }
+
+    func componentsDidAcknowledge(by app: String) {
+        for component in components { component.didAcknowledge(by: app, services: self) }
+    }
+
+    func componentsWillSend(_ event: QueuedEvent, to app: String) {
+        for component in components { component.willSend(event, to: app, services: self) }
+    }
+
+    func componentsConnectionClosed(_ connection: ClientConnection) {
+        for component in components { component.connectionClosed(connection, services: self) }
+    }
+
+    func componentsStatus(_ status: inout DaemonStatus) {
+        for component in components { component.addStatus(to: &status, services: self) }
+    }
+
+    func componentsMetrics(_ metrics: DaemonMetrics) {
+        for component in components { component.addMetrics(to: metrics, services: self) }
+    }
+
+    func componentsSnapshot(_ snapshot: inout DaemonSnapshot) {
+        for component in components { component.save(into: &snapshot, services: self) }
+    }
+}
