@@ -98,13 +98,13 @@ extension DaemonCore {
         if let timer = connection.closeTimer { loop.cancelTimer(timer) }
         connection.stream.close()
         if case .control = connection.phase {
-            bluetoothControlClosed(connection.id)
             accessoryState.watchers.remove(connection.id)
             for session in accessoryState.sessions.sessions(heldBy: .control(connection.id)) {
                 closePort(session.id)
                 accessoryState.sessions.close(session.id)
             }
         }
+        componentsConnectionClosed(connection)
         if let app = connection.appID, appConnections[app] == connection.id {
             appConnections[app] = nil
             withEngine { engine, _ in engine.disconnected(app) }

@@ -169,7 +169,7 @@ extension DaemonCore {
         while !pendingStateChanges.isEmpty {
             let (app, old, new) = pendingStateChanges.removeFirst()
             accessoriesAppStateChanged(app, from: old, to: new)
-            if new == .notRunning { bluetoothAppEnded(app) }
+            componentsAppStateChanged(app, from: old, to: new)
         }
         updateSystemdStatus()
     }

@@ -98,7 +98,7 @@ extension DaemonCore {
             send(
                 Welcome(
                     version: version, daemon: Self.version, role: .app, app: owner, state: app.state,
-                    launch: withRestoreIdentifiers(app.launch, of: owner), deadline: app.deadline, limits: limits),
+                    launch: componentsLaunchOptions(app.launch, of: owner), deadline: app.deadline, limits: limits),
                 to: connection)
             _ = withEngine { engine, now in engine.connected(owner, now: now) }
         }
@@ -137,7 +137,6 @@ extension DaemonCore {
         default:
             if try routeToComponent(message, from: .app(app), on: connection) { return }
             if try handleAccessoryRequest(message, holder: .app(app), connection: connection) { return }
-            if try handleBluetoothRequest(message, client: .app(app), connection: connection) { return }
             throw ProtocolError(.unknownMessage, "unknown message type '\(message.type)' for an app", id: message.id)
         }
     }
@@ -190,7 +189,6 @@ extension DaemonCore {
         default:
             if try routeToComponent(message, from: .control(connection: connection.id), on: connection) { return }
             if try handleAccessoryRequest(message, holder: .control(connection.id), connection: connection) { return }
-            if try handleBluetoothRequest(message, client: .control(connection.id), connection: connection) { return }
             throw ProtocolError(.unknownMessage, "unknown message type '\(message.type)' for a control client", id: message.id)
         }
     }
@@ -201,7 +199,7 @@ extension DaemonCore {
             suspension: suspender.mechanism, suspensionDetail: suspender.detail, cgroupRoot: suspender.cgroupRoot,
             apps: engine.apps.count, manifestProblems: manifestProblems, timings: config.timings.asDictionary,
             uptime: Double((MonotonicInstant.now() - started).components.seconds), onStop: onStop.rawValue,
-            portKeeper: portKeeperStatus, bluetooth: bluetoothHealth, udev: udevHealth)
+            portKeeper: portKeeperStatus, bluetooth: nil, udev: udevHealth)
         componentsStatus(&status)
         return status
     }

@@ -70,7 +70,7 @@ extension DaemonCore {
             }
         }
         let sessions = accessoryState.sessions.sessions.count
-        let bluetooth = central?.assumeIsolated { $0.state.rawValue } ?? "off"
+        let bluetooth = component(BluetoothComponent.self)?.stateName ?? "off"
         return "\(engine.apps.count) apps (\(running) running, \(suspended) suspended), \(sessions) sessions, Bluetooth: \(bluetooth)"
     }
 

@@ -69,9 +69,6 @@ actor DaemonCore {
     var heldAppOutput: [ClientConnection] = []
     var accessoryState = AccessoryState(rules: [], bufferLimit: 0)
     var l2capState = L2CAPState()
-    /// The Bluetooth LE central role (nil when disabled by the config).
-    var central: BluetoothCentral?
-    var peripheral: BluetoothPeripheral?
     /// The subsystems, in start order (`DaemonComponent`).
     let components: [any DaemonComponent]
     /// Each request type a component handles, to that component.
@@ -120,9 +117,13 @@ actor DaemonCore {
         self.stateStore = StateStore(directory: config.stateDirectory, durability: config.durability)
         self.processRecordFile = ProcessRecordFile(directory: config.stateDirectory)
         self.manifestPolicy = Self.manifestPolicy(for: config)
-        self.components = [RefreshComponent(), MQTTComponent()]
+        let components: [any DaemonComponent] = [BluetoothComponent(), L2CAPBridge(), RefreshComponent(), MQTTComponent()]
+        self.components = components
         self.requestRoutes = Self.routes(for: components)
     }
+
+    /// The central role, for the L2CAP code (nil when Bluetooth is disabled or stopped).
+    var central: BluetoothCentral? { component(BluetoothComponent.self)?.central }
 
     /// Picks the cgroup freezer where it works, and says why not where it doesn't.
     static func makeSuspender(config: DaemonConfig, logger: Logger) -> any Suspender {
@@ -185,7 +186,6 @@ actor DaemonCore {
         connectPortKeeper()
         prepareL2CAPRestore(saved.bluetooth?.l2cap)
         restoreSessions()
-        startBluetooth(restoring: saved.bluetooth)
         try startComponents(restoring: saved)
         logger.notice("listening", metadata: [
             "socket": "\(socketPath)", "suspension": "\(suspender.mechanism.rawValue)", "detail": "\(suspender.detail)",
@@ -226,7 +226,6 @@ actor DaemonCore {
         if let demoTimer { loop.cancelTimer(demoTimer) }
         demoTimer = nil
         saveState()  // before Bluetooth stops: what apps asked of it is saved too
-        await stopBluetooth()
         await stopComponents(leavingApps: onStop == .leave)
         logger.notice("stopped")
     }
@@ -340,7 +339,7 @@ actor DaemonCore {
 
     /// A snapshot of the state, and a new event journal (see `StateStore`).
     func saveState() {
-        var snapshot = DaemonSnapshot(apps: [:], bluetooth: savedBluetooth())
+        var snapshot = DaemonSnapshot(apps: [:])
         componentsSnapshot(&snapshot)
         stateStore.save(engine: engine, bluetooth: snapshot.bluetooth, logger: logger)
     }

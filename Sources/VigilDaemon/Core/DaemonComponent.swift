@@ -64,6 +64,10 @@ protocol DaemonComponent: AnyObject {
     /// on it (a file it names made readable) is done now.
     func willSend<S: DaemonServices>(_ event: QueuedEvent, to app: String, services: isolated S)
 
+    /// What an app is told of its launch, when it connects: a component adds
+    /// what it kept for the app (restore identifiers).
+    func addLaunchOptions<S: DaemonServices>(_ launch: inout LaunchOptions, of app: String, services: isolated S)
+
     /// A client connection closed (an app's, or a control client's).
     func connectionClosed<S: DaemonServices>(_ connection: ClientConnection, services: isolated S)
 
@@ -92,6 +96,7 @@ extension DaemonComponent {
     func willAcknowledge<S: DaemonServices>(_ seq: UInt64, by app: String, services: isolated S) {}
     func didAcknowledge<S: DaemonServices>(by app: String, services: isolated S) {}
     func willSend<S: DaemonServices>(_ event: QueuedEvent, to app: String, services: isolated S) {}
+    func addLaunchOptions<S: DaemonServices>(_ launch: inout LaunchOptions, of app: String, services: isolated S) {}
     func connectionClosed<S: DaemonServices>(_ connection: ClientConnection, services: isolated S) {}
     func handle<S: DaemonServices>(
         _ message: IncomingMessage, from requester: Requester, on connection: ClientConnection,

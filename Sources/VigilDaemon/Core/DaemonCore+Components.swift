@@ -19,6 +19,20 @@ extension DaemonCore: DaemonServices {
         return nil
     }
 
+    func components<P>(_ type: P.Type) -> [P] {
+        components.compactMap { $0 as? P }
+    }
+
+    func answer(_ outcome: Result<(any Message, [UInt8]), ProtocolError>, id: Int?, connectionID: Int) {
+        guard let connection = connections[connectionID] else { return }  // the client left meanwhile
+        switch outcome {
+        case let .success((reply, body)):
+            send(reply, id: id, body: body, to: connection)
+        case let .failure(error):
+            if let id { send(ProtocolError(error.code, error.message), id: id, to: connection) }
+        }
+    }
+
     func identity(ofApp app: String) -> DaemonCore.AppIdentity? { appIdentities[app] }
 }
 
@@ -73,6 +87,13 @@ extension DaemonCore {
 
     func componentsDidAcknowledge(by app: String) {
         for component in components { component.didAcknowledge(by: app, services: self) }
+    }
+
+    /// The launch options an app is told, with what components add (restore identifiers).
+    func componentsLaunchOptions(_ launch: LaunchOptions?, of app: String) -> LaunchOptions? {
+        guard var launch else { return nil }
+        for component in components { component.addLaunchOptions(&launch, of: app, services: self) }
+        return launch
     }
 
     func componentsWillSend(_ event: QueuedEvent, to app: String) {

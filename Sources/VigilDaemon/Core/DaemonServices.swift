@@ -47,6 +47,17 @@ protocol DaemonServices: Actor {
     /// The component of this type, if the daemon runs one.
     func component<C: DaemonComponent>(_ type: C.Type) -> C?
 
+    /// The components that conform to `P` (a narrow protocol between
+    /// components, such as `BluetoothLinkObserver`), in start order.
+    func components<P>(_ type: P.Type) -> [P]
+
+    /// Answers a request that was handled in a task (`EventLoop.task`): the
+    /// reply, or the error, to the connection if it is still open.
+    func answer(_ outcome: Result<(any Message, [UInt8]), ProtocolError>, id: Int?, connectionID: Int)
+
+    /// A device's change in the decision log (connected, disconnected, ...).
+    func recordDevice(kind: String, device: String, change: String, detail: String)
+
     /// The user and groups an app runs as (from its manifest, resolved at its launch).
     func identity(ofApp app: String) -> DaemonCore.AppIdentity?
 
