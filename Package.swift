@@ -6,8 +6,9 @@
 //   typed system wrappers        VigilSystem (event loop, sockets, cgroups, spawn),
 //                                VigilUdev, VigilSerial, VigilDBus
 //   wire format, TOML            VigilProtocol, VigilTOML
-//   domain                       VigilLifecycle (manifests, config, lifecycle engine),
+//   domain                       VigilLifecycle (the lifecycle engine and the manifest it reads),
 //                                VigilAccessories, VigilBluetooth
+//   files                        VigilConfig (manifest and daemon config files, in TOML)
 //   daemon, client, CLI          VigilDaemon + vigild, VigilKit, vigilctl, examples
 import PackageDescription
 
@@ -61,20 +62,19 @@ let package = Package(
         .executableTarget(
             name: "VigilTOMLCheck", dependencies: ["VigilTOML"], path: "Sources/Tools/VigilTOMLCheck", swiftSettings: strict),
 
-        // The domain: manifests, daemon config and the lifecycle engine (pure logic).
-        .target(
-            name: "VigilLifecycle",
-            dependencies: [
-                "VigilProtocol", "VigilTOML",
-            ],
-            swiftSettings: strict
-        ),
+        // The domain: the lifecycle engine and what it knows of an app (pure
+        // logic; no file formats).
+        .target(name: "VigilLifecycle", dependencies: ["VigilProtocol"], swiftSettings: strict),
+
+        // Manifest files and the daemon's config file, read with VigilTOML and
+        // checked: every mistake named with its file and field.
+        .target(name: "VigilConfig", dependencies: ["VigilLifecycle", "VigilProtocol", "VigilTOML"], swiftSettings: strict),
 
         // The accessory domain: which devices are accessories, their identity
         // across replugs, and who holds a session (pure logic, no libudev).
         .target(
             name: "VigilAccessories",
-            dependencies: ["VigilLifecycle", "VigilProtocol", "VigilSystem"],
+            dependencies: ["VigilConfig", "VigilLifecycle", "VigilProtocol", "VigilSystem"],
             swiftSettings: strict
         ),
 
@@ -82,7 +82,7 @@ let package = Package(
         .target(
             name: "VigilDaemon",
             dependencies: [
-                "VigilSystem", "VigilProtocol", "VigilLifecycle", "VigilAccessories", "VigilUdev", "VigilSerial",
+                "VigilSystem", "VigilProtocol", "VigilLifecycle", "VigilConfig", "VigilAccessories", "VigilUdev", "VigilSerial",
                 "VigilBluetooth", "VigilL2CAP", "VigilMQTT",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
@@ -93,7 +93,7 @@ let package = Package(
         .executableTarget(
             name: "vigild",
             dependencies: [
-                "VigilDaemon",
+                "VigilDaemon", "VigilConfig", "VigilLifecycle",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -198,15 +198,15 @@ let package = Package(
         .executableTarget(
             name: "FuzzGATT", dependencies: ["FuzzSupport", "VigilProtocol"], path: "Sources/Fuzz/FuzzGATT", swiftSettings: strict),
         .executableTarget(
-            name: "FuzzTOML", dependencies: ["FuzzSupport", "VigilLifecycle", "VigilProtocol", "VigilTOML"], path: "Sources/Fuzz/FuzzTOML",
+            name: "FuzzTOML", dependencies: ["FuzzSupport", "VigilConfig", "VigilLifecycle", "VigilProtocol", "VigilTOML"], path: "Sources/Fuzz/FuzzTOML",
             swiftSettings: strict),
 
         .testTarget(name: "VigilTimelineTests", dependencies: ["VigilTimeline"], swiftSettings: strict),
         .testTarget(name: "VigilSystemTests", dependencies: ["VigilSystem"], swiftSettings: strict),
         .testTarget(name: "VigilProtocolTests", dependencies: ["VigilProtocol"], swiftSettings: strict),
         .testTarget(name: "VigilTOMLTests", dependencies: ["VigilTOML"], swiftSettings: strict),
-        .testTarget(name: "VigilLifecycleTests", dependencies: ["VigilLifecycle"], swiftSettings: strict),
-        .testTarget(name: "VigilAccessoriesTests", dependencies: ["VigilAccessories", "VigilSystem"], swiftSettings: strict),
+        .testTarget(name: "VigilLifecycleTests", dependencies: ["VigilLifecycle", "VigilConfig"], swiftSettings: strict),
+        .testTarget(name: "VigilAccessoriesTests", dependencies: ["VigilAccessories", "VigilConfig", "VigilSystem"], swiftSettings: strict),
         .testTarget(name: "VigilSerialTests", dependencies: ["VigilSerial"], swiftSettings: strict),
         .testTarget(
             name: "VigilUdevTests",

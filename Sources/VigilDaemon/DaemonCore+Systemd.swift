@@ -84,8 +84,3 @@ extension DaemonCore {
     }
 }
 
-extension DaemonCore {
-    nonisolated func bluetoothStateChanged(_ state: BluetoothState) {
-        assumeIsolated { $0.updateSystemdStatus() }
-    }
-}

@@ -1,4 +1,5 @@
 import VigilAccessories
+import VigilConfig
 import VigilLifecycle
 import VigilProtocol
 import VigilSerial

@@ -1,6 +1,7 @@
 import FoundationEssentials
 import Glibc
 import VigilAccessories
+import VigilConfig
 import VigilLifecycle
 import VigilProtocol
 import VigilSerial

@@ -200,4 +200,9 @@ private final class BluetoothEvents<S: DaemonServices>: BluetoothDelegate {
         case .control: true
         }
     }
+
+    /// Systemd's status line names Bluetooth's state.
+    func bluetoothStateChanged(_ state: BluetoothState) {
+        services.assumeIsolated { $0.statusChanged() }
+    }
 }

@@ -33,6 +33,8 @@ extension DaemonCore: DaemonServices {
         }
     }
 
+    func statusChanged() { updateSystemdStatus() }
+
     func identity(ofApp app: String) -> DaemonCore.AppIdentity? { appIdentities[app] }
 }
 

@@ -1,4 +1,5 @@
 import Logging
+import VigilConfig
 import VigilLifecycle
 import VigilProtocol
 import VigilSystem
@@ -60,6 +61,9 @@ protocol DaemonServices: Actor {
 
     /// The user and groups an app runs as (from its manifest, resolved at its launch).
     func identity(ofApp app: String) -> DaemonCore.AppIdentity?
+
+    /// Something the daemon's one-line status shows changed (systemd's STATUS=).
+    func statusChanged()
 
     /// Metrics, when the endpoint is configured.
     var metrics: DaemonMetrics? { get }
