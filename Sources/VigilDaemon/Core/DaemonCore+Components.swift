@@ -1,5 +1,6 @@
 import VigilLifecycle
 import VigilProtocol
+import VigilSystem
 
 /// The core's side of `DaemonComponent`: one list, and every fan-out a loop
 /// over it.
@@ -35,7 +36,7 @@ extension DaemonCore: DaemonServices {
 
     func statusChanged() { updateSystemdStatus() }
 
-    func identity(ofApp app: String) -> DaemonCore.AppIdentity? { appIdentities[app] }
+    func credentials(ofApp app: String) -> SpawnCredentials? { apps.credentials(of: app, services: self) }
 }
 
 extension DaemonCore {
