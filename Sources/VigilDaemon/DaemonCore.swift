@@ -69,8 +69,6 @@ actor DaemonCore {
     var saveTimer: TimerID?
     /// Set by the first stop signal (`VigilDaemonService`).
     var stopping = false
-    /// The built-in demo's next step (`DemoDriver`).
-    var demoTimer: TimerID?
     /// systemd's notification socket and watchdog (`DaemonCore+Systemd.swift`).
     let systemd: SystemdLink
     /// The last STATUS= line sent to systemd.
@@ -97,7 +95,7 @@ actor DaemonCore {
         self.apps = apps
         self.stateStore = StateStore(directory: config.stateDirectory, durability: config.durability)
         self.manifestPolicy = Self.manifestPolicy(for: config)
-        let components: [any DaemonComponent] = [apps, BluetoothComponent(), L2CAPBridge(), RefreshComponent(), MQTTComponent()]
+        let components: [any DaemonComponent] = [apps, BluetoothComponent(), L2CAPBridge(), RefreshComponent(), MQTTComponent(), DemoComponent()]
         self.components = components
         self.requestRoutes = Self.routes(for: components)
     }
@@ -113,7 +111,7 @@ actor DaemonCore {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         }
         attachDecisionLog()
-        if demo { builtInManifests = DemoDriver.manifests(stateDirectory: config.stateDirectory) }
+        if demo { builtInManifests = DemoComponent.manifests(stateDirectory: config.stateDirectory) }
         logSecurityMode()
         reloadManifests()
         let saved = stateStore.load(logger: logger)
@@ -157,8 +155,6 @@ actor DaemonCore {
         apps.stopFollowing(services: self)
         if let engineTimer { loop.cancelTimer(engineTimer.id) }
         if let saveTimer { loop.cancelTimer(saveTimer) }
-        if let demoTimer { loop.cancelTimer(demoTimer) }
-        demoTimer = nil
         saveState()  // before Bluetooth stops: what apps asked of it is saved too
         await stopComponents(leavingApps: onStop == .leave)
         logger.notice("stopped")
