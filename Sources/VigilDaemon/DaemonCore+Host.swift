@@ -168,7 +168,7 @@ extension DaemonCore {
         guard !pendingStateChanges.isEmpty else { return }
         while !pendingStateChanges.isEmpty {
             let (app, old, new) = pendingStateChanges.removeFirst()
-            accessoriesAppStateChanged(app, from: old, to: new)
+            componentsAppStateChanged(app, from: old, to: new)
             if new == .notRunning { bluetoothAppEnded(app) }
         }
         updateSystemdStatus()

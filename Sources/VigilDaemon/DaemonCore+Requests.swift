@@ -110,10 +110,8 @@ extension DaemonCore {
         switch message.type {
         case Acknowledge.type:
             let ack: Acknowledge = try message.decode()
-            sessionLogsBeforeAcknowledging(ack.seq, by: app)
+            componentsWillAcknowledge(ack.seq, by: app)
             withEngine { engine, now in engine.acknowledge(app, upTo: ack.seq, now: now) }
-            removeRetiredLogs(of: app)
-            resumeReading(for: app)
             componentsDidAcknowledge(by: app)
             metricsEndpoint?.metrics.acknowledged(by: app, now: now)
         case BeginBackgroundTask.type:
@@ -136,7 +134,6 @@ extension DaemonCore {
             send(BackgroundTimeRemaining(seconds: seconds), id: message.id, to: connection)
         default:
             if try routeToComponent(message, from: .app(app), on: connection) { return }
-            if try handleAccessoryRequest(message, holder: .app(app), connection: connection) { return }
             if try handleBluetoothRequest(message, client: .app(app), connection: connection) { return }
             throw ProtocolError(.unknownMessage, "unknown message type '\(message.type)' for an app", id: message.id)
         }
@@ -189,7 +186,6 @@ extension DaemonCore {
             send(ReloadResult(apps: engine.apps.keys.sorted(), problems: manifestProblems), id: message.id, to: connection)
         default:
             if try routeToComponent(message, from: .control(connection: connection.id), on: connection) { return }
-            if try handleAccessoryRequest(message, holder: .control(connection.id), connection: connection) { return }
             if try handleBluetoothRequest(message, client: .control(connection.id), connection: connection) { return }
             throw ProtocolError(.unknownMessage, "unknown message type '\(message.type)' for a control client", id: message.id)
         }
@@ -201,7 +197,7 @@ extension DaemonCore {
             suspension: suspender.mechanism, suspensionDetail: suspender.detail, cgroupRoot: suspender.cgroupRoot,
             apps: engine.apps.count, manifestProblems: manifestProblems, timings: config.timings.asDictionary,
             uptime: Double((MonotonicInstant.now() - started).components.seconds), onStop: onStop.rawValue,
-            portKeeper: portKeeperStatus, bluetooth: bluetoothHealth, udev: udevHealth)
+            bluetooth: bluetoothHealth)
         componentsStatus(&status)
         return status
     }

@@ -35,8 +35,6 @@ actor DaemonCore {
     let manifestPolicy: ManifestPolicy
     /// Each app's user and groups, resolved at its launch (cleared by a reload).
     var appIdentities: [String: AppIdentity] = [:]
-    /// Session logs made readable to an app's group: session id -> gid.
-    var grantedLogs: [Int: gid_t] = [:]
 
     var listener: UnixListener?
     var listenerWatch: WatchID?
@@ -56,8 +54,6 @@ actor DaemonCore {
     let processRecordFile: ProcessRecordFile
     /// What the stop does with the apps (shown by `status`; `shutdown` is told).
     let onStop: StopPolicy
-    /// How to start a port keeper; nil: none (see `VigilDaemonService.portKeeper`).
-    let portKeeperCommand: [String]?
     /// Set while `shutdown` waits for apps to end (`on-stop = "terminate"`).
     var stopWaiter: CheckedContinuation<Void, Never>?
     var stopTimer: TimerID?
@@ -67,8 +63,6 @@ actor DaemonCore {
     /// wait in their connections (`heldAppOutput`) and go out when it returns.
     var engineCallDepth = 0
     var heldAppOutput: [ClientConnection] = []
-    var accessoryState = AccessoryState(rules: [], bufferLimit: 0)
-    var l2capState = L2CAPState()
     /// The Bluetooth LE central role (nil when disabled by the config).
     var central: BluetoothCentral?
     var peripheral: BluetoothPeripheral?
@@ -110,7 +104,6 @@ actor DaemonCore {
         self.systemd = systemd
         self.passedListener = passedListener
         self.onStop = onStop ?? config.onStop
-        self.portKeeperCommand = portKeeper
         self.socketPath = socketPath
         self.configFile = configFile
         self.loop = loop
@@ -120,7 +113,11 @@ actor DaemonCore {
         self.stateStore = StateStore(directory: config.stateDirectory, durability: config.durability)
         self.processRecordFile = ProcessRecordFile(directory: config.stateDirectory)
         self.manifestPolicy = Self.manifestPolicy(for: config)
-        self.components = [RefreshComponent(), MQTTComponent()]
+        // Start order: the stream layer before the transports whose sessions
+        // it carries (they take back what it read from sessions.json).
+        self.components = [
+            RefreshComponent(), MQTTComponent(), StreamSessions(), AccessoriesComponent(portKeeperCommand: portKeeper), L2CAPComponent(),
+        ]
         self.requestRoutes = Self.routes(for: components)
     }
 
@@ -181,10 +178,6 @@ actor DaemonCore {
         startMetrics()  // before anything it counts happens
         adoptSurvivors()
         engine.relaunchForRestoredEvents(now: now)
-        startAccessories()
-        connectPortKeeper()
-        prepareL2CAPRestore(saved.bluetooth?.l2cap)
-        restoreSessions()
         startBluetooth(restoring: saved.bluetooth)
         try startComponents(restoring: saved)
         logger.notice("listening", metadata: [
@@ -214,7 +207,6 @@ actor DaemonCore {
                 await terminateApps()
             }
         }
-        stopAccessories(leavingPortsKept: onStop == .leave)
         for connection in connections.values { close(connection) }
         for process in processes.values {
             if let watch = process.watch { loop.removeWatch(watch) }

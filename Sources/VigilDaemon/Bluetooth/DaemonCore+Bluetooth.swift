@@ -42,7 +42,6 @@ extension DaemonCore {
             central.attach(peripheral)
             central.start()
         }
-        resumeL2CAP()  // the published PSMs listen again; see DaemonCore+L2CAPRestore.swift
     }
 
     /// For `status`: usable, or which of bus, bluetoothd, adapter and power is missing.
@@ -59,7 +58,7 @@ extension DaemonCore {
         var saved = SavedBluetooth()
         saved.central = central.assumeIsolated { $0.saved() }
         saved.peripheral = peripheral.assumeIsolated { $0.saved() }
-        saved.l2cap = savedL2CAP()
+        // `l2cap` is the L2CAP component's (`save(into:)`).
         return saved
     }
 
@@ -85,7 +84,7 @@ extension DaemonCore {
                 send(BluetoothPush(kind: kind, attributes: attributes), body: body, to: connection)
             }
             if kind == BluetoothEventKind.connected, case let .string(address)? = attributes["peripheral"] {
-                l2capLinkConnected(address, client: client)
+                componentsBluetoothLinkConnected(address, client: client)
             }
         case let .app(app):
             let event = QueuedEvent(kind: kind, attributes: attributes, payload: body, wakeMode: mode)
@@ -96,7 +95,7 @@ extension DaemonCore {
                 logger.warning("bluetooth: '\(kind)' for \(app) not queued: \(error)", metadata: ["app": "\(app)"])
             }
             if kind == BluetoothEventKind.connected, case let .string(address)? = attributes["peripheral"] {
-                l2capLinkConnected(address, client: client)  // after the app's ble.connected
+                componentsBluetoothLinkConnected(address, client: client)  // after the app's ble.connected
             }
         }
     }
@@ -107,7 +106,6 @@ extension DaemonCore {
         guard let central else { return }
         let keep = !(engine.apps[app]?.forceQuit ?? true)
         central.assumeIsolated { $0.clientEnded(.app(app), keep: keep) }
-        if !keep { l2capClientEnded(.app(app)) }
         if let peripheral { loop.task { await peripheral.clientEnded(.app(app), keep: keep) } }
     }
 
@@ -121,7 +119,6 @@ extension DaemonCore {
     }
 
     func bluetoothControlClosed(_ connectionID: Int) {
-        l2capClientEnded(.control(connectionID))
         central?.assumeIsolated { $0.clientEnded(.control(connectionID), keep: false) }
         if let peripheral { loop.task { await peripheral.clientEnded(.control(connectionID), keep: false) } }
     }

@@ -16,7 +16,6 @@ extension DaemonCore {
             throw ProtocolError(.unavailable, "Bluetooth is disabled in this daemon's config", id: message.id)
         }
         let id = message.id
-        if try handleL2CAPRequest(message, client: client, connection: connection, central: central) { return true }
         // Synchronous requests: answered at once, on the loop.
         func now<R: Message>(_ body: @Sendable (isolated BluetoothCentral) throws(ProtocolError) -> R) throws(ProtocolError) {
             let outcome: Result<R, ProtocolError> = central.assumeIsolated { central in

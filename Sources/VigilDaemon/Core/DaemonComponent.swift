@@ -1,3 +1,4 @@
+import VigilBluetooth
 import VigilLifecycle
 import VigilProtocol
 
@@ -67,6 +68,11 @@ protocol DaemonComponent: AnyObject {
     /// A client connection closed (an app's, or a control client's).
     func connectionClosed<S: DaemonServices>(_ connection: ClientConnection, services: isolated S)
 
+    /// A Bluetooth LE link came up for `client` (after its `ble.connected`
+    /// event was delivered): what waits for that link (an L2CAP channel to
+    /// reopen) may use it.
+    func bluetoothLinkConnected<S: DaemonServices>(_ address: String, client: BluetoothClient, services: isolated S)
+
     /// Handles one of `requestTypes`.
     func handle<S: DaemonServices>(
         _ message: IncomingMessage, from requester: Requester, on connection: ClientConnection,
@@ -93,6 +99,7 @@ extension DaemonComponent {
     func didAcknowledge<S: DaemonServices>(by app: String, services: isolated S) {}
     func willSend<S: DaemonServices>(_ event: QueuedEvent, to app: String, services: isolated S) {}
     func connectionClosed<S: DaemonServices>(_ connection: ClientConnection, services: isolated S) {}
+    func bluetoothLinkConnected<S: DaemonServices>(_ address: String, client: BluetoothClient, services: isolated S) {}
     func handle<S: DaemonServices>(
         _ message: IncomingMessage, from requester: Requester, on connection: ClientConnection,
         services: isolated S

@@ -1,3 +1,4 @@
+import VigilBluetooth
 import VigilLifecycle
 import VigilProtocol
 
@@ -19,7 +20,16 @@ extension DaemonCore: DaemonServices {
         return nil
     }
 
-    func identity(ofApp app: String) -> DaemonCore.AppIdentity? { appIdentities[app] }
+    /// Resolved now if the app was not launched by this daemon (adopted) or
+    /// the manifests were reloaded since.
+    func identity(ofApp app: String) -> DaemonCore.AppIdentity? {
+        if let known = appIdentities[app] { return known }
+        guard let manifest = engine.apps[app]?.manifest, let identity = try? identity(of: manifest) else { return nil }
+        appIdentities[app] = identity
+        return identity
+    }
+
+    var bluetoothLinks: (any BluetoothLinks)? { central.map(CentralLinks.init) }
 }
 
 extension DaemonCore {
@@ -81,6 +91,10 @@ extension DaemonCore {
 
     func componentsConnectionClosed(_ connection: ClientConnection) {
         for component in components { component.connectionClosed(connection, services: self) }
+    }
+
+    func componentsBluetoothLinkConnected(_ address: String, client: BluetoothClient) {
+        for component in components { component.bluetoothLinkConnected(address, client: client, services: self) }
     }
 
     func componentsStatus(_ status: inout DaemonStatus) {

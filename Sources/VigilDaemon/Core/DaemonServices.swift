@@ -52,6 +52,19 @@ protocol DaemonServices: Actor {
 
     /// Metrics, when the endpoint is configured.
     var metrics: DaemonMetrics? { get }
+
+    /// Writes the state file now, not coalesced: what must be in it before
+    /// a reply (an L2CAP PSM an app is about to advertise).
+    func saveState()
+
+    /// Something `systemd`'s STATUS= line counts changed (the sessions).
+    func updateSystemdStatus()
+
+    /// An accessory or a Bluetooth LE link came or went: kept for the timeline.
+    func recordDevice(kind: String, device: String, change: String, detail: String)
+
+    /// The Bluetooth central's links, for L2CAP (nil: Bluetooth disabled).
+    var bluetoothLinks: (any BluetoothLinks)? { get }
 }
 
 extension DaemonServices {

@@ -3,7 +3,7 @@ import Glibc
 import Testing
 import VigilProtocol
 import VigilSystem
-@testable import VigilAccessories
+@testable import VigilStreams
 
 @Suite("session logs: the ring device bytes are read into")
 struct SessionLogTests {
@@ -109,7 +109,7 @@ struct SessionLogTests {
     ])
     func anUnusableFileIsReplacedAndSaysWhy(_ name: String, _ contents: [UInt8]) throws {
         let scratch = Scratch()
-        FileManager.default.createFile(atPath: scratch.log, contents: Data(contents))
+        _ = FileManager.default.createFile(atPath: scratch.log, contents: Data(contents))
         let (log, discarded) = try SessionLog.openOrCreate(path: scratch.log, capacity: Self.page)
         #expect(discarded != nil, "\(name)")
         #expect(log.written == 0 && log.capacity == Self.page)
