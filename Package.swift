@@ -6,9 +6,10 @@
 //   typed system wrappers        VigilSystem (event loop, sockets, cgroups, spawn),
 //                                VigilUdev, VigilSerial, VigilDBus
 //   wire format, TOML            VigilProtocol, VigilTOML
-//   domain                       VigilLifecycle (manifests, config, lifecycle engine),
+//   domain                       VigilLifecycle (the lifecycle engine and the manifest it reads),
 //                                VigilStreams (session logs, holders: every byte transport's),
 //                                VigilAccessories, VigilBluetooth
+//   files                        VigilConfig (manifest and daemon config files, in TOML)
 //   daemon, client, CLI          VigilDaemon + vigild, VigilKit, vigilctl, examples
 import PackageDescription
 
@@ -62,14 +63,13 @@ let package = Package(
         .executableTarget(
             name: "VigilTOMLCheck", dependencies: ["VigilTOML"], path: "Sources/Tools/VigilTOMLCheck", swiftSettings: strict),
 
-        // The domain: manifests, daemon config and the lifecycle engine (pure logic).
-        .target(
-            name: "VigilLifecycle",
-            dependencies: [
-                "VigilProtocol", "VigilTOML",
-            ],
-            swiftSettings: strict
-        ),
+        // The domain: the lifecycle engine and what it knows of an app (pure
+        // logic; no file formats).
+        .target(name: "VigilLifecycle", dependencies: ["VigilProtocol"], swiftSettings: strict),
+
+        // Manifest files and the daemon's config file, read with VigilTOML and
+        // checked: every mistake named with its file and field.
+        .target(name: "VigilConfig", dependencies: ["VigilLifecycle", "VigilProtocol", "VigilTOML"], swiftSettings: strict),
 
         // What every byte transport's sessions share (serial accessories, L2CAP
         // channels): the session log apps map, and who holds a session.
@@ -79,7 +79,7 @@ let package = Package(
         // across replugs, and which accessory a session is on (pure logic, no libudev).
         .target(
             name: "VigilAccessories",
-            dependencies: ["VigilLifecycle", "VigilProtocol", "VigilStreams", "VigilSystem"],
+            dependencies: ["VigilConfig", "VigilLifecycle", "VigilProtocol", "VigilStreams", "VigilSystem"],
             swiftSettings: strict
         ),
 
@@ -87,7 +87,7 @@ let package = Package(
         .target(
             name: "VigilDaemon",
             dependencies: [
-                "VigilSystem", "VigilProtocol", "VigilLifecycle", "VigilStreams", "VigilAccessories", "VigilUdev", "VigilSerial",
+                "VigilSystem", "VigilProtocol", "VigilLifecycle", "VigilConfig", "VigilStreams", "VigilAccessories", "VigilUdev", "VigilSerial",
                 "VigilBluetooth", "VigilL2CAP", "VigilMQTT",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
@@ -98,7 +98,7 @@ let package = Package(
         .executableTarget(
             name: "vigild",
             dependencies: [
-                "VigilDaemon",
+                "VigilDaemon", "VigilConfig", "VigilLifecycle",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -203,21 +203,21 @@ let package = Package(
         .executableTarget(
             name: "FuzzGATT", dependencies: ["FuzzSupport", "VigilProtocol"], path: "Sources/Fuzz/FuzzGATT", swiftSettings: strict),
         .executableTarget(
-            name: "FuzzTOML", dependencies: ["FuzzSupport", "VigilLifecycle", "VigilProtocol", "VigilTOML"], path: "Sources/Fuzz/FuzzTOML",
+            name: "FuzzTOML", dependencies: ["FuzzSupport", "VigilConfig", "VigilLifecycle", "VigilProtocol", "VigilTOML"], path: "Sources/Fuzz/FuzzTOML",
             swiftSettings: strict),
 
         .testTarget(name: "VigilTimelineTests", dependencies: ["VigilTimeline"], swiftSettings: strict),
         .testTarget(name: "VigilSystemTests", dependencies: ["VigilSystem"], swiftSettings: strict),
         .testTarget(name: "VigilProtocolTests", dependencies: ["VigilProtocol"], swiftSettings: strict),
         .testTarget(name: "VigilTOMLTests", dependencies: ["VigilTOML"], swiftSettings: strict),
-        .testTarget(name: "VigilLifecycleTests", dependencies: ["VigilLifecycle"], swiftSettings: strict),
+        .testTarget(name: "VigilLifecycleTests", dependencies: ["VigilLifecycle", "VigilConfig"], swiftSettings: strict),
         .testTarget(name: "VigilStreamsTests", dependencies: ["VigilStreams", "VigilProtocol", "VigilSystem"], swiftSettings: strict),
-        .testTarget(name: "VigilAccessoriesTests", dependencies: ["VigilAccessories", "VigilStreams", "VigilSystem"], swiftSettings: strict),
+        .testTarget(name: "VigilAccessoriesTests", dependencies: ["VigilAccessories", "VigilConfig", "VigilStreams", "VigilSystem"], swiftSettings: strict),
         // The daemon's components in-process, against a fake DaemonServices
         // (the stream layer with socketpair endpoints); the binary is tested black-box in Tests/python.
         .testTarget(
             name: "VigilDaemonTests",
-            dependencies: ["VigilDaemon", "VigilStreams", "VigilLifecycle", "VigilProtocol", "VigilSystem",
+            dependencies: ["VigilDaemon", "VigilConfig", "VigilStreams", "VigilLifecycle", "VigilProtocol", "VigilSystem",
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict),
         .testTarget(name: "VigilSerialTests", dependencies: ["VigilSerial"], swiftSettings: strict),

@@ -1,3 +1,4 @@
+import VigilConfig
 import VigilLifecycle
 import VigilProtocol
 

@@ -97,9 +97,6 @@ extension DaemonCore {
         if let watch = connection.watch { loop.removeWatch(watch) }
         if let timer = connection.closeTimer { loop.cancelTimer(timer) }
         connection.stream.close()
-        if case .control = connection.phase {
-            bluetoothControlClosed(connection.id)
-        }
         componentsConnectionClosed(connection)
         if let app = connection.appID, appConnections[app] == connection.id {
             appConnections[app] = nil

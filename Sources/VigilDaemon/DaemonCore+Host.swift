@@ -169,7 +169,6 @@ extension DaemonCore {
         while !pendingStateChanges.isEmpty {
             let (app, old, new) = pendingStateChanges.removeFirst()
             componentsAppStateChanged(app, from: old, to: new)
-            if new == .notRunning { bluetoothAppEnded(app) }
         }
         updateSystemdStatus()
     }

@@ -1,5 +1,6 @@
 import Glibc
 import VigilAccessories
+import VigilConfig
 import VigilLifecycle
 import VigilProtocol
 import VigilSystem

@@ -98,7 +98,7 @@ extension DaemonCore {
             send(
                 Welcome(
                     version: version, daemon: Self.version, role: .app, app: owner, state: app.state,
-                    launch: withRestoreIdentifiers(app.launch, of: owner), deadline: app.deadline, limits: limits),
+                    launch: componentsLaunchOptions(app.launch, of: owner), deadline: app.deadline, limits: limits),
                 to: connection)
             _ = withEngine { engine, now in engine.connected(owner, now: now) }
         }
@@ -134,7 +134,6 @@ extension DaemonCore {
             send(BackgroundTimeRemaining(seconds: seconds), id: message.id, to: connection)
         default:
             if try routeToComponent(message, from: .app(app), on: connection) { return }
-            if try handleBluetoothRequest(message, client: .app(app), connection: connection) { return }
             throw ProtocolError(.unknownMessage, "unknown message type '\(message.type)' for an app", id: message.id)
         }
     }
@@ -186,7 +185,6 @@ extension DaemonCore {
             send(ReloadResult(apps: engine.apps.keys.sorted(), problems: manifestProblems), id: message.id, to: connection)
         default:
             if try routeToComponent(message, from: .control(connection: connection.id), on: connection) { return }
-            if try handleBluetoothRequest(message, client: .control(connection.id), connection: connection) { return }
             throw ProtocolError(.unknownMessage, "unknown message type '\(message.type)' for a control client", id: message.id)
         }
     }
@@ -197,7 +195,7 @@ extension DaemonCore {
             suspension: suspender.mechanism, suspensionDetail: suspender.detail, cgroupRoot: suspender.cgroupRoot,
             apps: engine.apps.count, manifestProblems: manifestProblems, timings: config.timings.asDictionary,
             uptime: Double((MonotonicInstant.now() - started).components.seconds), onStop: onStop.rawValue,
-            bluetooth: bluetoothHealth)
+            bluetooth: nil)
         componentsStatus(&status)
         return status
     }

@@ -70,7 +70,7 @@ extension DaemonCore {
             }
         }
         let sessions = component(StreamSessions.self)?.count ?? 0
-        let bluetooth = central?.assumeIsolated { $0.state.rawValue } ?? "off"
+        let bluetooth = component(BluetoothComponent.self)?.stateName ?? "off"
         return "\(engine.apps.count) apps (\(running) running, \(suspended) suspended), \(sessions) sessions, Bluetooth: \(bluetooth)"
     }
 
@@ -84,8 +84,3 @@ extension DaemonCore {
     }
 }
 
-extension DaemonCore {
-    nonisolated func bluetoothStateChanged(_ state: BluetoothState) {
-        assumeIsolated { $0.updateSystemdStatus() }
-    }
-}

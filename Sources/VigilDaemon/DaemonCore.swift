@@ -2,6 +2,7 @@ import FoundationEssentials
 import Glibc
 import Logging
 import VigilBluetooth
+import VigilConfig
 import VigilLifecycle
 import VigilProtocol
 import VigilSystem
@@ -63,9 +64,6 @@ actor DaemonCore {
     /// wait in their connections (`heldAppOutput`) and go out when it returns.
     var engineCallDepth = 0
     var heldAppOutput: [ClientConnection] = []
-    /// The Bluetooth LE central role (nil when disabled by the config).
-    var central: BluetoothCentral?
-    var peripheral: BluetoothPeripheral?
     /// The subsystems, in start order (`DaemonComponent`).
     let components: [any DaemonComponent]
     /// Each request type a component handles, to that component.
@@ -113,13 +111,17 @@ actor DaemonCore {
         self.stateStore = StateStore(directory: config.stateDirectory, durability: config.durability)
         self.processRecordFile = ProcessRecordFile(directory: config.stateDirectory)
         self.manifestPolicy = Self.manifestPolicy(for: config)
-        // Start order: the stream layer before the transports whose sessions
-        // it carries (they take back what it read from sessions.json).
-        self.components = [
-            RefreshComponent(), MQTTComponent(), StreamSessions(), AccessoriesComponent(portKeeperCommand: portKeeper), L2CAPComponent(),
+        // Start order: Bluetooth before L2CAP (which uses its links), the
+        // stream layer before the transports whose sessions it carries (they
+        // take back what it read from sessions.json).
+        let components: [any DaemonComponent] = [
+            BluetoothComponent(), RefreshComponent(), MQTTComponent(),
+            StreamSessions(), AccessoriesComponent(portKeeperCommand: portKeeper), L2CAPComponent(),
         ]
+        self.components = components
         self.requestRoutes = Self.routes(for: components)
     }
+
 
     /// Picks the cgroup freezer where it works, and says why not where it doesn't.
     static func makeSuspender(config: DaemonConfig, logger: Logger) -> any Suspender {
@@ -178,7 +180,6 @@ actor DaemonCore {
         startMetrics()  // before anything it counts happens
         adoptSurvivors()
         engine.relaunchForRestoredEvents(now: now)
-        startBluetooth(restoring: saved.bluetooth)
         try startComponents(restoring: saved)
         logger.notice("listening", metadata: [
             "socket": "\(socketPath)", "suspension": "\(suspender.mechanism.rawValue)", "detail": "\(suspender.detail)",
@@ -218,7 +219,6 @@ actor DaemonCore {
         if let demoTimer { loop.cancelTimer(demoTimer) }
         demoTimer = nil
         saveState()  // before Bluetooth stops: what apps asked of it is saved too
-        await stopBluetooth()
         await stopComponents(leavingApps: onStop == .leave)
         logger.notice("stopped")
     }
@@ -332,7 +332,7 @@ actor DaemonCore {
 
     /// A snapshot of the state, and a new event journal (see `StateStore`).
     func saveState() {
-        var snapshot = DaemonSnapshot(apps: [:], bluetooth: savedBluetooth())
+        var snapshot = DaemonSnapshot(apps: [:])
         componentsSnapshot(&snapshot)
         stateStore.save(engine: engine, bluetooth: snapshot.bluetooth, logger: logger)
     }

@@ -1,5 +1,6 @@
 import Glibc
 import Logging
+import VigilConfig
 import VigilLifecycle
 import VigilSystem
 

@@ -3,6 +3,7 @@ import FoundationEssentials
 import Glibc
 import Logging
 import VigilDaemon
+import VigilConfig
 import VigilLifecycle
 import VigilProtocol
 import VigilSystem

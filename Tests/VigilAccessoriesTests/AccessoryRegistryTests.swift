@@ -1,4 +1,5 @@
 import Testing
+import VigilConfig
 import VigilLifecycle
 import VigilProtocol
 @testable import VigilAccessories

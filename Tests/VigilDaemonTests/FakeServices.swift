@@ -1,5 +1,6 @@
 import Glibc
 import Logging
+import VigilConfig
 import VigilLifecycle
 import VigilProtocol
 import VigilStreams
@@ -58,12 +59,13 @@ actor FakeServices: DaemonServices {
         return nil
     }
 
+    func components<P>(_ type: P.Type) -> [P] { components.compactMap { $0 as? P } }
+    func answer(_ outcome: Result<(any Message, [UInt8]), ProtocolError>, id: Int?, connectionID: Int) {}
     func identity(ofApp app: String) -> DaemonCore.AppIdentity? { nil }
     var metrics: DaemonMetrics? { nil }
     func saveState() {}
-    func updateSystemdStatus() {}
+    func statusChanged() {}
     func recordDevice(kind: String, device: String, change: String, detail: String) {}
-    var bluetoothLinks: (any BluetoothLinks)? { nil }
 
     // MARK: An app to hold sessions
 

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import VigilProtocol
+@testable import VigilConfig
 @testable import VigilLifecycle
 
 @Suite("Daemon configuration")

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+@testable import VigilConfig
 @testable import VigilLifecycle
 
 /// The example config the Debian package installs as /etc/vigil/vigild.toml

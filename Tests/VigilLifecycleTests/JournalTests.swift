@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import VigilProtocol
+import VigilConfig
 @testable import VigilLifecycle
 
 /// The write-ahead event journal: its record format, and recovery from a

@@ -1,5 +1,6 @@
 import Testing
 import VigilProtocol
+@testable import VigilConfig
 @testable import VigilLifecycle
 
 /// `[mqtt]` in vigild.toml and `mqtt-topics` in manifests (docs/fleet.md).

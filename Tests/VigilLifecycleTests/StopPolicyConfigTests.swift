@@ -1,4 +1,5 @@
 import Testing
+@testable import VigilConfig
 @testable import VigilLifecycle
 
 @Suite("Config: on-stop")

@@ -1,6 +1,7 @@
 import Glibc
 import Logging
 import VigilSerial
+import VigilConfig
 import VigilLifecycle
 import VigilSystem
 

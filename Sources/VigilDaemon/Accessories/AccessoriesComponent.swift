@@ -2,6 +2,7 @@ import FoundationEssentials
 import Glibc
 import Logging
 import VigilAccessories
+import VigilConfig
 import VigilLifecycle
 import VigilProtocol
 import VigilSerial

@@ -1,4 +1,3 @@
-import VigilBluetooth
 import VigilLifecycle
 import VigilProtocol
 
@@ -65,13 +64,12 @@ protocol DaemonComponent: AnyObject {
     /// on it (a file it names made readable) is done now.
     func willSend<S: DaemonServices>(_ event: QueuedEvent, to app: String, services: isolated S)
 
+    /// What an app is told of its launch, when it connects: a component adds
+    /// what it kept for the app (restore identifiers).
+    func addLaunchOptions<S: DaemonServices>(_ launch: inout LaunchOptions, of app: String, services: isolated S)
+
     /// A client connection closed (an app's, or a control client's).
     func connectionClosed<S: DaemonServices>(_ connection: ClientConnection, services: isolated S)
-
-    /// A Bluetooth LE link came up for `client` (after its `ble.connected`
-    /// event was delivered): what waits for that link (an L2CAP channel to
-    /// reopen) may use it.
-    func bluetoothLinkConnected<S: DaemonServices>(_ address: String, client: BluetoothClient, services: isolated S)
 
     /// Handles one of `requestTypes`.
     func handle<S: DaemonServices>(
@@ -98,8 +96,8 @@ extension DaemonComponent {
     func willAcknowledge<S: DaemonServices>(_ seq: UInt64, by app: String, services: isolated S) {}
     func didAcknowledge<S: DaemonServices>(by app: String, services: isolated S) {}
     func willSend<S: DaemonServices>(_ event: QueuedEvent, to app: String, services: isolated S) {}
+    func addLaunchOptions<S: DaemonServices>(_ launch: inout LaunchOptions, of app: String, services: isolated S) {}
     func connectionClosed<S: DaemonServices>(_ connection: ClientConnection, services: isolated S) {}
-    func bluetoothLinkConnected<S: DaemonServices>(_ address: String, client: BluetoothClient, services: isolated S) {}
     func handle<S: DaemonServices>(
         _ message: IncomingMessage, from requester: Requester, on connection: ClientConnection,
         services: isolated S

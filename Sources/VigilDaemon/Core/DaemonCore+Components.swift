@@ -1,4 +1,3 @@
-import VigilBluetooth
 import VigilLifecycle
 import VigilProtocol
 
@@ -20,6 +19,22 @@ extension DaemonCore: DaemonServices {
         return nil
     }
 
+    func components<P>(_ type: P.Type) -> [P] {
+        components.compactMap { $0 as? P }
+    }
+
+    func answer(_ outcome: Result<(any Message, [UInt8]), ProtocolError>, id: Int?, connectionID: Int) {
+        guard let connection = connections[connectionID] else { return }  // the client left meanwhile
+        switch outcome {
+        case let .success((reply, body)):
+            send(reply, id: id, body: body, to: connection)
+        case let .failure(error):
+            if let id { send(ProtocolError(error.code, error.message), id: id, to: connection) }
+        }
+    }
+
+    func statusChanged() { updateSystemdStatus() }
+
     /// Resolved now if the app was not launched by this daemon (adopted) or
     /// the manifests were reloaded since.
     func identity(ofApp app: String) -> DaemonCore.AppIdentity? {
@@ -28,8 +43,6 @@ extension DaemonCore: DaemonServices {
         appIdentities[app] = identity
         return identity
     }
-
-    var bluetoothLinks: (any BluetoothLinks)? { central.map(CentralLinks.init) }
 }
 
 extension DaemonCore {
@@ -85,16 +98,19 @@ extension DaemonCore {
         for component in components { component.didAcknowledge(by: app, services: self) }
     }
 
+    /// The launch options an app is told, with what components add (restore identifiers).
+    func componentsLaunchOptions(_ launch: LaunchOptions?, of app: String) -> LaunchOptions? {
+        guard var launch else { return nil }
+        for component in components { component.addLaunchOptions(&launch, of: app, services: self) }
+        return launch
+    }
+
     func componentsWillSend(_ event: QueuedEvent, to app: String) {
         for component in components { component.willSend(event, to: app, services: self) }
     }
 
     func componentsConnectionClosed(_ connection: ClientConnection) {
         for component in components { component.connectionClosed(connection, services: self) }
-    }
-
-    func componentsBluetoothLinkConnected(_ address: String, client: BluetoothClient) {
-        for component in components { component.bluetoothLinkConnected(address, client: client, services: self) }
     }
 
     func componentsStatus(_ status: inout DaemonStatus) {

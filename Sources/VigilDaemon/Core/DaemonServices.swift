@@ -1,4 +1,5 @@
 import Logging
+import VigilConfig
 import VigilLifecycle
 import VigilProtocol
 import VigilSystem
@@ -47,8 +48,22 @@ protocol DaemonServices: Actor {
     /// The component of this type, if the daemon runs one.
     func component<C: DaemonComponent>(_ type: C.Type) -> C?
 
+    /// The components that conform to `P` (a narrow protocol between
+    /// components, such as `BluetoothLinkObserver`), in start order.
+    func components<P>(_ type: P.Type) -> [P]
+
+    /// Answers a request that was handled in a task (`EventLoop.task`): the
+    /// reply, or the error, to the connection if it is still open.
+    func answer(_ outcome: Result<(any Message, [UInt8]), ProtocolError>, id: Int?, connectionID: Int)
+
+    /// A device's change in the decision log (connected, disconnected, ...).
+    func recordDevice(kind: String, device: String, change: String, detail: String)
+
     /// The user and groups an app runs as (from its manifest, resolved at its launch).
     func identity(ofApp app: String) -> DaemonCore.AppIdentity?
+
+    /// Something the daemon's one-line status shows changed (systemd's STATUS=).
+    func statusChanged()
 
     /// Metrics, when the endpoint is configured.
     var metrics: DaemonMetrics? { get }
@@ -56,15 +71,6 @@ protocol DaemonServices: Actor {
     /// Writes the state file now, not coalesced: what must be in it before
     /// a reply (an L2CAP PSM an app is about to advertise).
     func saveState()
-
-    /// Something `systemd`'s STATUS= line counts changed (the sessions).
-    func updateSystemdStatus()
-
-    /// An accessory or a Bluetooth LE link came or went: kept for the timeline.
-    func recordDevice(kind: String, device: String, change: String, detail: String)
-
-    /// The Bluetooth central's links, for L2CAP (nil: Bluetooth disabled).
-    var bluetoothLinks: (any BluetoothLinks)? { get }
 }
 
 extension DaemonServices {

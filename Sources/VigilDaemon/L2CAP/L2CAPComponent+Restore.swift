@@ -1,5 +1,6 @@
 import VigilBluetooth
 import VigilL2CAP
+import VigilConfig
 import VigilLifecycle
 import VigilProtocol
 import VigilStreams

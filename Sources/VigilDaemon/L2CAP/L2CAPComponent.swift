@@ -13,7 +13,7 @@ import VigilSystem
 /// `bluetooth-central` or `bluetooth-peripheral`; the app writes with
 /// `write` and closes with `closeSession`. The central's links are reached
 /// through `BluetoothLinks`.
-final class L2CAPComponent: StreamTransport {
+final class L2CAPComponent: StreamTransport, BluetoothLinkObserver {
     let name = "l2cap"
     let transportName = "l2cap"
     let requestTypes: Set<String> = [
@@ -106,18 +106,13 @@ final class L2CAPComponent: StreamTransport {
 
     // MARK: Fan-outs
 
-    /// An app the user force-quit is gone for good: its PSMs stop listening.
-    /// One that merely ended keeps them: the next incoming channel relaunches it.
-    func appStateChanged<S: DaemonServices>(_ app: String, from old: AppState, to new: AppState, services: isolated S) {
-        guard new == .notRunning, services.engine.apps[app]?.forceQuit ?? true else { return }
-        clientEnded(.app(app), services: services)
-    }
-
-    /// A control client's PSMs end with its connection (its channels are
-    /// sessions: they end in the stream layer).
-    func connectionClosed<S: DaemonServices>(_ connection: ClientConnection, services: isolated S) {
-        guard case .control = connection.phase else { return }
-        clientEnded(.control(connection.id), services: services)
+    /// A client gone for good (a control connection closed, an app the user
+    /// force-quit): its PSMs stop listening. An app that merely ended keeps
+    /// them (`keep`): the next incoming channel relaunches it. Its channels
+    /// are sessions: they end in the stream layer.
+    func bluetoothClientEnded<S: DaemonServices>(_ client: BluetoothClient, keep: Bool, services: isolated S) {
+        guard !keep else { return }
+        clientEnded(client, services: services)
     }
 
     func bluetoothLinkConnected<S: DaemonServices>(_ address: String, client: BluetoothClient, services: isolated S) {

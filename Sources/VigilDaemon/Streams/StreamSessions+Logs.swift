@@ -1,5 +1,6 @@
 import Glibc
 import SystemPackage
+import VigilConfig
 import VigilLifecycle
 import VigilProtocol
 import VigilStreams

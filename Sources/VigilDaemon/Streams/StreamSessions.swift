@@ -1,4 +1,5 @@
 import Glibc
+import VigilConfig
 import VigilLifecycle
 import VigilProtocol
 import VigilStreams
@@ -142,7 +143,7 @@ final class StreamSessions: DaemonComponent {
         } catch {
             services.logger.error("cannot record sessions in \(file.path): \(error)")
         }
-        services.updateSystemdStatus()  // the session count is in systemd's STATUS= line
+        services.statusChanged()  // the session count is in systemd's STATUS= line
     }
 
     // MARK: Endpoints

@@ -4,39 +4,57 @@ import VigilProtocol
 /// `ble.*` requests, from apps and from vigilctl alike. The central runs on
 /// the daemon's loop; requests that wait on BlueZ answer later, from a task,
 /// so the loop never blocks on the radio.
-extension DaemonCore {
-    /// Handles `message` if it is a Bluetooth request; false if it is not one.
-    func handleBluetoothRequest(_ message: IncomingMessage, client: BluetoothClient, connection: ClientConnection) throws(ProtocolError) -> Bool {
-        guard message.type.hasPrefix("ble.") else { return false }
+extension BluetoothComponent {
+    /// The central role's request types (the L2CAP ones are `L2CAPComponent`'s).
+    static let centralRequests: Set<String> = [
+        RegisterCentral.type, GetBluetoothState.type, StartScan.type, StopScan.type, ListPeripherals.type,
+        ConnectPeripheral.type, CancelPeripheralConnection.type, SetNotify.type, DiscoverServices.type,
+        ReadCharacteristic.type, WriteCharacteristic.type,
+    ]
+    /// The peripheral role's request types.
+    static let peripheralRequests: Set<String> = [
+        RegisterPeripheral.type, AddService.type, RemoveService.type, StartAdvertising.type, StopAdvertising.type,
+        RespondToRequest.type, UpdateValue.type,
+    ]
+
+    func handle<S: DaemonServices>(
+        _ message: IncomingMessage, from requester: Requester, on connection: ClientConnection, services: isolated S
+    ) throws(ProtocolError) {
+        let client = BluetoothClient(requester)
         // What an app asks of Bluetooth outlives a daemon restart: save soon
         // (debounced). Only requests that change what it asked for: answers and
         // value updates come many per second and change nothing saved.
-        if case .app = client, Self.intentRequests.contains(message.type) { scheduleSave() }
+        if case .app = client, Self.intentRequests.contains(message.type) { services.scheduleSave() }
         guard let central else {
             throw ProtocolError(.unavailable, "Bluetooth is disabled in this daemon's config", id: message.id)
         }
         let id = message.id
+        if Self.peripheralRequests.contains(message.type) {
+            guard let peripheral else { throw ProtocolError(.unavailable, "Bluetooth is disabled", id: id) }
+            return try handlePeripheralRequest(message, peripheral, client: client, connection: connection, services: services)
+        }
         // Synchronous requests: answered at once, on the loop.
         func now<R: Message>(_ body: @Sendable (isolated BluetoothCentral) throws(ProtocolError) -> R) throws(ProtocolError) {
             let outcome: Result<R, ProtocolError> = central.assumeIsolated { central in
                 do throws(ProtocolError) { return .success(try body(central)) } catch { return .failure(error) }
             }
             switch outcome {
-            case let .success(reply): send(reply, id: id, to: connection)
+            case let .success(reply): services.send(reply, id: id, to: connection)
             case let .failure(error): throw ProtocolError(error.code, error.message, id: id)
             }
         }
         // Requests that wait for BlueZ or the device: answered from a task.
+        let core = services
         func later(_ body: @escaping @Sendable (BluetoothCentral) async throws(ProtocolError) -> (any Message, [UInt8])) {
             let connectionID = connection.id
-            loop.task {
+            services.loop.task {
                 let outcome: Result<(any Message, [UInt8]), ProtocolError>
                 do throws(ProtocolError) {
                     outcome = .success(try await body(central))
                 } catch {
                     outcome = .failure(error)
                 }
-                await self.answer(outcome, id: id, connectionID: connectionID)
+                await core.answer(outcome, id: id, connectionID: connectionID)
             }
         }
         switch message.type {
@@ -96,33 +114,30 @@ extension DaemonCore {
                 try await central.write(client, path, value: value, withResponse: request.withResponse)
                 return (Done(), [])
             }
-        case RegisterPeripheral.type, AddService.type, RemoveService.type, StartAdvertising.type, StopAdvertising.type,
-             RespondToRequest.type, UpdateValue.type:
-            guard let peripheral else { throw ProtocolError(.unavailable, "Bluetooth is disabled", id: id) }
-            try handlePeripheralRequest(message, peripheral, client: client, connection: connection)
         default:
             throw ProtocolError(.unknownMessage, "unknown Bluetooth request '\(message.type)'", id: id)
         }
-        return true
     }
 
     /// The peripheral role's requests: all answered from a task, since
     /// publishing waits for BlueZ (which calls back into our objects meanwhile).
-    private func handlePeripheralRequest(
-        _ message: IncomingMessage, _ peripheral: BluetoothPeripheral, client: BluetoothClient, connection: ClientConnection
+    private func handlePeripheralRequest<S: DaemonServices>(
+        _ message: IncomingMessage, _ peripheral: BluetoothPeripheral, client: BluetoothClient, connection: ClientConnection,
+        services: isolated S
     ) throws(ProtocolError) {
         let id = message.id
         let connectionID = connection.id
         let body = message.body
+        let core = services
         func later(_ work: @escaping @Sendable (BluetoothPeripheral) async throws(ProtocolError) -> (any Message, [UInt8])) {
-            loop.task {
+            services.loop.task {
                 let outcome: Result<(any Message, [UInt8]), ProtocolError>
                 do throws(ProtocolError) {
                     outcome = .success(try await work(peripheral))
                 } catch {
                     outcome = .failure(error)
                 }
-                await self.answer(outcome, id: id, connectionID: connectionID)
+                await core.answer(outcome, id: id, connectionID: connectionID)
             }
         }
         switch message.type {
@@ -162,7 +177,7 @@ extension DaemonCore {
                 } catch { return .failure(error) }
             }
             switch outcome {
-            case let .success(reply): send(reply, id: id, to: connection)
+            case let .success(reply): services.send(reply, id: id, to: connection)
             case let .failure(error): throw ProtocolError(error.code, error.message, id: id)
             }
         case UpdateValue.type:
@@ -173,32 +188,11 @@ extension DaemonCore {
                 } catch { return .failure(error) }
             }
             switch outcome {
-            case let .success(reply): send(reply, id: id, to: connection)
+            case let .success(reply): services.send(reply, id: id, to: connection)
             case let .failure(error): throw ProtocolError(error.code, error.message, id: id)
             }
         default:
             break
         }
-    }
-
-    /// The requests whose effect is in the state file (`savedBluetooth`).
-    static let intentRequests: Set<String> = [
-        RegisterCentral.type, StartScan.type, StopScan.type, ConnectPeripheral.type, CancelPeripheralConnection.type,
-        SetNotify.type, RegisterPeripheral.type, AddService.type, RemoveService.type, StartAdvertising.type,
-        StopAdvertising.type,
-    ]
-
-    private func answer(_ outcome: Result<(any Message, [UInt8]), ProtocolError>, id: Int?, connectionID: Int) {
-        guard let connection = connections[connectionID] else { return }  // the client left meanwhile
-        switch outcome {
-        case let .success((reply, body)):
-            sendAny(reply, body: body, id: id, to: connection)
-        case let .failure(error):
-            if let id { send(ProtocolError(error.code, error.message), id: id, to: connection) }
-        }
-    }
-
-    private func sendAny<M: Message>(_ message: M, body: [UInt8], id: Int?, to connection: ClientConnection) {
-        send(message, id: id, body: body, to: connection)
     }
 }

@@ -1,3 +1,4 @@
+import VigilLifecycle
 import VigilProtocol
 
 /// An accessory declared in the daemon's config, for users who cannot install

@@ -1,3 +1,4 @@
+import VigilLifecycle
 import Glibc
 import VigilProtocol
 

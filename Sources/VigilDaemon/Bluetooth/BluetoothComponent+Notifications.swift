@@ -15,28 +15,26 @@ import VigilProtocol
 /// whatever their characteristic; at low rates every event holds one value and
 /// goes out at once, as before. Merged values are journaled like any event, so
 /// a SIGKILL of vigild loses none that it had queued.
-extension DaemonCore {
+extension BluetoothComponent {
     /// The stream every notification event of an app belongs to.
     static let notificationStream = BluetoothEventKind.notification
     /// The most value bytes (records included) one event carries; more go in the next.
     static let maxNotificationEventBytes = 64 << 10
 
-    nonisolated func bluetooth(notifications values: [[UInt8]], of path: CharacteristicPath, to client: BluetoothClient) {
-        assumeIsolated { $0.deliverNotifications(values, of: path, to: client) }
-    }
-
-    func deliverNotifications(_ values: [[UInt8]], of path: CharacteristicPath, to client: BluetoothClient) {
+    func deliverNotifications<S: DaemonServices>(
+        _ values: [[UInt8]], of path: CharacteristicPath, to client: BluetoothClient, services: isolated S
+    ) {
         switch client {
         case let .control(connectionID):
-            guard let connection = connections[connectionID] else { return }
+            guard let connection = services.connection(connectionID) else { return }
             let push = BluetoothPush(kind: BluetoothEventKind.notification, attributes: BluetoothEventContent.notification(path).attributes)
             for value in values {
-                send(push, body: value, to: connection)
+                services.send(push, body: value, to: connection)
             }
         case let .app(app):
             // One engine call (one journal write, one routing) for all of them.
             var refused: (count: Int, error: ProtocolError)?
-            withEngine { engine, now in
+            services.withEngine { engine, now in
                 for value in values {
                     do throws(ProtocolError) {
                         try queueNotification(value, of: path, for: app, engine: engine, now: now)
@@ -47,7 +45,7 @@ extension DaemonCore {
             }
             if let refused {
                 // A full queue: counted, logged and reported to the app as an overflow by the engine.
-                logger.warning("bluetooth: \(refused.count) value(s) of \(path.characteristic) for \(app) not queued: \(refused.error)", metadata: ["app": "\(app)"])
+                services.logger.warning("bluetooth: \(refused.count) value(s) of \(path.characteristic) for \(app) not queued: \(refused.error)", metadata: ["app": "\(app)"])
             }
         }
     }

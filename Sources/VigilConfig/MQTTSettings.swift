@@ -1,3 +1,4 @@
+import VigilLifecycle
 import VigilProtocol
 
 /// `[mqtt]` in vigild.toml: the one broker connection vigild keeps for all

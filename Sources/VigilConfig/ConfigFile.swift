@@ -1,3 +1,4 @@
+import VigilLifecycle
 import FoundationEssentials
 import Glibc
 import VigilProtocol

@@ -1,3 +1,4 @@
+import VigilLifecycle
 import VigilProtocol
 import VigilTOML
 

@@ -1,13 +1,13 @@
 import VigilBluetooth
 import VigilProtocol
 
-/// The central's side of `BluetoothLinks`: L2CAP reaches the central's
-/// links through this and nothing else. The central runs on the loop, as
-/// every caller does.
-struct CentralLinks: BluetoothLinks {
-    let central: BluetoothCentral
+/// The central's links as L2CAP needs them (`BluetoothLinks`), and nothing
+/// more of the central: L2CAP finds this with `DaemonServices.components(_:)`.
+extension BluetoothComponent: BluetoothLinks {
+    var isEnabled: Bool { central != nil }
 
     func l2capTarget(_ client: BluetoothClient, address: String) throws(ProtocolError) -> L2CAPTarget {
+        guard let central else { throw ProtocolError(.unavailable, "Bluetooth is disabled in this daemon's config") }
         let outcome: Result<L2CAPTarget, ProtocolError> = central.assumeIsolated { central in
             do throws(ProtocolError) { return .success(try central.l2capTarget(client, address: address)) } catch { return .failure(error) }
         }
@@ -15,10 +15,10 @@ struct CentralLinks: BluetoothLinks {
     }
 
     func wantsLink(_ client: BluetoothClient, address: String) -> Bool {
-        central.assumeIsolated { $0.wantsLink(client, address: address) }
+        central?.assumeIsolated { $0.wantsLink(client, address: address) } ?? false
     }
 
     func linkIsUp(_ address: String) -> Bool {
-        central.assumeIsolated { $0.linkIsUp(address) }
+        central?.assumeIsolated { $0.linkIsUp(address) } ?? false
     }
 }

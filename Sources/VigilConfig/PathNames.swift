@@ -1,3 +1,4 @@
+import VigilLifecycle
 /// The directory part of `path`, as `NSString.deletingLastPathComponent`
 /// gives it ("/a/b/c" → "/a/b", "/a" → "/", "a" → ""), without Foundation.
 public func parentDirectory(of path: String) -> String {
