@@ -66,8 +66,7 @@ extension DaemonCore {
             throw ProtocolError(.unsupportedVersion, "no common protocol version: client speaks \(hello.versions), daemon speaks \(ProtocolVersion.supported)")
         }
         let pid = connection.credentials.pid
-        let running = engine.apps.compactMapValues(\.pid)
-        let owner = suspender.app(owning: pid, running: running)
+        let owner = apps.app(owning: pid, services: self)
         switch hello.role {
         case .control:
             if let owner {
@@ -192,7 +191,7 @@ extension DaemonCore {
     func status() -> DaemonStatus {
         var status = DaemonStatus(
             daemon: Self.version, pid: getpid(), protocolVersion: ProtocolVersion.current, socket: socketPath,
-            suspension: suspender.mechanism, suspensionDetail: suspender.detail, cgroupRoot: suspender.cgroupRoot,
+            suspension: apps.suspender.mechanism, suspensionDetail: apps.suspender.detail, cgroupRoot: apps.suspender.cgroupRoot,
             apps: engine.apps.count, manifestProblems: manifestProblems, timings: config.timings.asDictionary,
             uptime: Double((MonotonicInstant.now() - started).components.seconds), onStop: onStop.rawValue,
             bluetooth: nil)
@@ -210,12 +209,9 @@ extension DaemonCore {
             backgroundTimeRemaining: engine.backgroundTimeRemaining(id, now: now),
             tasks: app.tasks, queuedEvents: app.queue.queuedCount, unacknowledgedEvents: app.queue.unacknowledgedCount,
             droppedEvents: app.queue.totalDropped, lastDecision: app.lastDecision?.action.rawValue,
-            lastReason: app.lastDecision?.reason, launchReason: app.launch?.reason, logPath: logPath(of: id),
+            lastReason: app.lastDecision?.reason, launchReason: app.launch?.reason, logPath: apps.logFile(of: id, config: config),
             manifestPath: app.manifest.path)
-        if appOutputInJournal.contains(id) {
-            info.logPath = nil
-            info.journalIdentifier = id
-        }
+        if info.logPath == nil { info.journalIdentifier = id }
         if let refresh = app.refresh {
             info.nextRefresh = Double(refresh.due - min(refresh.due, now)) / 1e9
             info.refreshInterval = Double(refresh.stretchedInterval) / 1e9

@@ -61,7 +61,8 @@ actor FakeServices: DaemonServices {
 
     func components<P>(_ type: P.Type) -> [P] { components.compactMap { $0 as? P } }
     func answer(_ outcome: Result<(any Message, [UInt8]), ProtocolError>, id: Int?, connectionID: Int) {}
-    func identity(ofApp app: String) -> DaemonCore.AppIdentity? { nil }
+    func credentials(ofApp app: String) -> SpawnCredentials? { nil }
+    func close(_ connection: ClientConnection) { connections[connection.id] = nil }
     var metrics: DaemonMetrics? { nil }
     func saveState() {}
     func statusChanged() {}

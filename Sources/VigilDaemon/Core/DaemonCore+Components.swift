@@ -1,5 +1,6 @@
 import VigilLifecycle
 import VigilProtocol
+import VigilSystem
 
 /// The core's side of `DaemonComponent`: one list, and every fan-out a loop
 /// over it.
@@ -35,14 +36,7 @@ extension DaemonCore: DaemonServices {
 
     func statusChanged() { updateSystemdStatus() }
 
-    /// Resolved now if the app was not launched by this daemon (adopted) or
-    /// the manifests were reloaded since.
-    func identity(ofApp app: String) -> DaemonCore.AppIdentity? {
-        if let known = appIdentities[app] { return known }
-        guard let manifest = engine.apps[app]?.manifest, let identity = try? identity(of: manifest) else { return nil }
-        appIdentities[app] = identity
-        return identity
-    }
+    func credentials(ofApp app: String) -> SpawnCredentials? { apps.credentials(of: app, services: self) }
 }
 
 extension DaemonCore {

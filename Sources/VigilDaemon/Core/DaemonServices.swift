@@ -59,8 +59,12 @@ protocol DaemonServices: Actor {
     /// A device's change in the decision log (connected, disconnected, ...).
     func recordDevice(kind: String, device: String, change: String, detail: String)
 
-    /// The user and groups an app runs as (from its manifest, resolved at its launch).
-    func identity(ofApp app: String) -> DaemonCore.AppIdentity?
+    /// The credentials an app runs with (resolved at its launch, else now);
+    /// nil when it runs as the daemon's user.
+    func credentials(ofApp app: String) -> SpawnCredentials?
+
+    /// Closes a client connection (its components are told).
+    func close(_ connection: ClientConnection)
 
     /// Something the daemon's one-line status shows changed (systemd's STATUS=).
     func statusChanged()

@@ -320,7 +320,7 @@ extension StreamSessions {
     func grantLog<S: DaemonServices>(named event: QueuedEvent, to app: String, services: isolated S) {
         guard event.kind == AccessoryEventKind.data, event.attributes["log"] != nil,
               let number = event.attributes["session"]?.numberValue, let id = Int(exactly: number),
-              let credentials = services.identity(ofApp: app)?.credentials, credentials.uid != geteuid()
+              let credentials = services.credentials(ofApp: app), credentials.uid != geteuid()
         else { return }
         if grantedLogs[id] == credentials.gid { return }
         let path = SessionLog.path(session: id, in: services.config.stateDirectory)
