@@ -62,7 +62,6 @@ extension DaemonCore {
         guard !pendingStateChanges.isEmpty else { return }
         while !pendingStateChanges.isEmpty {
             let (app, old, new) = pendingStateChanges.removeFirst()
-            accessoriesAppStateChanged(app, from: old, to: new)
             componentsAppStateChanged(app, from: old, to: new)
         }
         updateSystemdStatus()

@@ -50,33 +50,6 @@ extension DaemonCore {
         }
     }
 
-    // MARK: Session logs
-
-    /// Before an app is told the path of a session log: the log becomes
-    /// readable by the app's group (0640, group = the app's gid) and by
-    /// nobody else; the folder is 0711, so it can be entered but not listed.
-    /// The file stays the daemon's: the app can neither write, truncate nor
-    /// chmod it (a truncated mapping would crash the daemon).
-    func grantSessionLog(named event: QueuedEvent, to app: String) {
-        guard event.kind == AccessoryEventKind.data, event.attributes["log"] != nil,
-              let number = event.attributes["session"]?.numberValue, let session = Int(exactly: number),
-              let credentials = credentials(ofApp: app), credentials.uid != geteuid()
-        else { return }
-        if grantedLogs[session] == credentials.gid { return }
-        let path = SessionLog.path(session: session, in: config.stateDirectory)
-        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
-        guard fd >= 0 else {
-            logger.error("session \(session): cannot open its log \(path) to let \(app) read it: \(String(cString: strerror(errno)))", metadata: ["app": "\(app)"])
-            return
-        }
-        defer { Glibc.close(fd) }
-        guard fchown(fd, geteuid(), credentials.gid) == 0, fchmod(fd, 0o640) == 0 else {
-            logger.error("session \(session): cannot give \(app) (gid \(credentials.gid)) read access to \(path): \(String(cString: strerror(errno)))", metadata: ["app": "\(app)"])
-            return
-        }
-        grantedLogs[session] = credentials.gid
-    }
-
     // MARK: The control role
 
     /// What a control client may do.

@@ -158,17 +158,6 @@ extension DaemonCore {
         for state in [AppState.notRunning, .inactive, .active, .background, .suspended] {
             metrics.gauge("vigil_apps", [("state", state.rawValue)], Double(byState[state] ?? 0))
         }
-        metrics.gauge("vigil_sessions", [], Double(accessoryState.sessions.sessions.count))
-        for id in accessoryState.sessions.sessions.keys.sorted() {
-            guard let info = sessionInfo(id) else { continue }
-            let session = [("session", String(id))]
-            metrics.gauge("vigil_session_buffered_bytes", session, Double(info.bufferedBytes))
-            metrics.total("vigil_session_bytes_in_total", session, info.bytesIn)
-            metrics.total("vigil_session_bytes_out_total", session, info.bytesOut)
-            metrics.total("vigil_session_overruns_total", session, UInt64(max(info.overruns, 0)))
-            metrics.total("vigil_session_parity_errors_total", session, UInt64(max(info.parityErrors, 0)))
-            metrics.total("vigil_session_frame_errors_total", session, UInt64(max(info.frameErrors, 0)))
-        }
         metrics.gauge("vigil_control_connections", [], Double(connections.count))
         componentsMetrics(metrics)
         metrics.endGauges(previous: previous)

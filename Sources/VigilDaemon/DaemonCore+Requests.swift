@@ -109,10 +109,8 @@ extension DaemonCore {
         switch message.type {
         case Acknowledge.type:
             let ack: Acknowledge = try message.decode()
-            sessionLogsBeforeAcknowledging(ack.seq, by: app)
+            componentsWillAcknowledge(ack.seq, by: app)
             withEngine { engine, now in engine.acknowledge(app, upTo: ack.seq, now: now) }
-            removeRetiredLogs(of: app)
-            resumeReading(for: app)
             componentsDidAcknowledge(by: app)
             metricsEndpoint?.metrics.acknowledged(by: app, now: now)
         case BeginBackgroundTask.type:
@@ -135,7 +133,6 @@ extension DaemonCore {
             send(BackgroundTimeRemaining(seconds: seconds), id: message.id, to: connection)
         default:
             if try routeToComponent(message, from: .app(app), on: connection) { return }
-            if try handleAccessoryRequest(message, holder: .app(app), connection: connection) { return }
             throw ProtocolError(.unknownMessage, "unknown message type '\(message.type)' for an app", id: message.id)
         }
     }
@@ -187,7 +184,6 @@ extension DaemonCore {
             send(ReloadResult(apps: engine.apps.keys.sorted(), problems: manifestProblems), id: message.id, to: connection)
         default:
             if try routeToComponent(message, from: .control(connection: connection.id), on: connection) { return }
-            if try handleAccessoryRequest(message, holder: .control(connection.id), connection: connection) { return }
             throw ProtocolError(.unknownMessage, "unknown message type '\(message.type)' for a control client", id: message.id)
         }
     }
@@ -198,7 +194,7 @@ extension DaemonCore {
             suspension: apps.suspender.mechanism, suspensionDetail: apps.suspender.detail, cgroupRoot: apps.suspender.cgroupRoot,
             apps: engine.apps.count, manifestProblems: manifestProblems, timings: config.timings.asDictionary,
             uptime: Double((MonotonicInstant.now() - started).components.seconds), onStop: onStop.rawValue,
-            portKeeper: portKeeperStatus, bluetooth: nil, udev: udevHealth)
+            bluetooth: nil)
         componentsStatus(&status)
         return status
     }

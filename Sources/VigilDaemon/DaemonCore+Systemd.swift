@@ -69,7 +69,7 @@ extension DaemonCore {
             default: running += 1
             }
         }
-        let sessions = accessoryState.sessions.sessions.count
+        let sessions = component(StreamSessions.self)?.count ?? 0
         let bluetooth = component(BluetoothComponent.self)?.stateName ?? "off"
         return "\(engine.apps.count) apps (\(running) running, \(suspended) suspended), \(sessions) sessions, Bluetooth: \(bluetooth)"
     }

@@ -33,8 +33,6 @@ actor DaemonCore {
     var builtInManifests: [String: AppManifest] = [:]
     /// Which manifest files and users are accepted (docs/security.md).
     let manifestPolicy: ManifestPolicy
-    /// Session logs made readable to an app's group: session id -> gid.
-    var grantedLogs: [Int: gid_t] = [:]
 
     var listener: UnixListener?
     var listenerWatch: WatchID?
@@ -48,16 +46,12 @@ actor DaemonCore {
     let stateStore: StateStore
     /// What the stop does with the apps (shown by `status`; `shutdown` is told).
     let onStop: StopPolicy
-    /// How to start a port keeper; nil: none (see `VigilDaemonService.portKeeper`).
-    let portKeeperCommand: [String]?
     /// State changes reported by the engine, handled after its current call.
     var pendingStateChanges: [(app: String, from: AppState, to: AppState)] = []
     /// `withEngine` calls under way (they nest); while any is, frames to apps
     /// wait in their connections (`heldAppOutput`) and go out when it returns.
     var engineCallDepth = 0
     var heldAppOutput: [ClientConnection] = []
-    var accessoryState = AccessoryState(rules: [], bufferLimit: 0)
-    var l2capState = L2CAPState()
     /// The apps' processes: the engine's effects are carried out through it
     /// (held here, not looked up: freeze and thaw are on every wake's path).
     let apps: AppProcesses
@@ -85,7 +79,6 @@ actor DaemonCore {
         self.systemd = systemd
         self.passedListener = passedListener
         self.onStop = onStop ?? config.onStop
-        self.portKeeperCommand = portKeeper
         self.socketPath = socketPath
         self.configFile = configFile
         self.loop = loop
@@ -95,13 +88,18 @@ actor DaemonCore {
         self.apps = apps
         self.stateStore = StateStore(directory: config.stateDirectory, durability: config.durability)
         self.manifestPolicy = Self.manifestPolicy(for: config)
-        let components: [any DaemonComponent] = [apps, BluetoothComponent(), L2CAPBridge(), RefreshComponent(), MQTTComponent(), DemoComponent()]
+        // Start order: the apps' processes first (adopted before anything
+        // delivers); Bluetooth before L2CAP (which uses its links); the
+        // stream layer before the transports whose sessions it carries (they
+        // take back what it read from sessions.json).
+        let components: [any DaemonComponent] = [
+            apps, BluetoothComponent(), RefreshComponent(), MQTTComponent(),
+            StreamSessions(), AccessoriesComponent(portKeeperCommand: portKeeper), L2CAPComponent(), DemoComponent(),
+        ]
         self.components = components
         self.requestRoutes = Self.routes(for: components)
     }
 
-    /// The central role, for the L2CAP code (nil when Bluetooth is disabled or stopped).
-    var central: BluetoothCentral? { component(BluetoothComponent.self)?.central }
 
     // MARK: Start and stop
 
@@ -128,10 +126,6 @@ actor DaemonCore {
         startMetrics()  // before anything it counts happens
         apps.adoptSurvivors(services: self)
         engine.relaunchForRestoredEvents(now: now)
-        startAccessories()
-        connectPortKeeper()
-        prepareL2CAPRestore(saved.bluetooth?.l2cap)
-        restoreSessions()
         try startComponents(restoring: saved)
         logger.notice("listening", metadata: [
             "socket": "\(socketPath)", "suspension": "\(apps.suspender.mechanism.rawValue)", "detail": "\(apps.suspender.detail)",
@@ -150,7 +144,6 @@ actor DaemonCore {
         stopMetrics()
         stopComponentIntake()
         await apps.endForStop(onStop, services: self)
-        stopAccessories(leavingPortsKept: onStop == .leave)
         for connection in connections.values { close(connection) }
         apps.stopFollowing(services: self)
         if let engineTimer { loop.cancelTimer(engineTimer.id) }

@@ -71,6 +71,10 @@ protocol DaemonServices: Actor {
 
     /// Metrics, when the endpoint is configured.
     var metrics: DaemonMetrics? { get }
+
+    /// Writes the state file now, not coalesced: what must be in it before
+    /// a reply (an L2CAP PSM an app is about to advertise).
+    func saveState()
 }
 
 extension DaemonServices {
