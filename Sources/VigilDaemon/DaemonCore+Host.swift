@@ -64,6 +64,6 @@ extension DaemonCore {
             let (app, old, new) = pendingStateChanges.removeFirst()
             componentsAppStateChanged(app, from: old, to: new)
         }
-        updateSystemdStatus()
+        systemd.update(services: self)
     }
 }

@@ -39,7 +39,7 @@ extension DaemonCore {
                 return
             }
         } catch {
-            metricsEndpoint?.metrics.count("vigil_request_errors_total", [("type", metricsType(message.type)), ("code", error.code.rawValue)])
+            metrics?.count("vigil_request_errors_total", [("type", metricsType(message.type)), ("code", error.code.rawValue)])
             if error.closesConnection {
                 fail(connection, error)
             } else if case .handshake = connection.phase {
@@ -112,7 +112,7 @@ extension DaemonCore {
             componentsWillAcknowledge(ack.seq, by: app)
             withEngine { engine, now in engine.acknowledge(app, upTo: ack.seq, now: now) }
             componentsDidAcknowledge(by: app)
-            metricsEndpoint?.metrics.acknowledged(by: app, now: now)
+            metrics?.acknowledged(by: app, now: now)
         case BeginBackgroundTask.type:
             let request: BeginBackgroundTask = try message.decode()
             let task = withEngine { engine, now in engine.beginBackgroundTask(app, name: request.name, now: now) }

@@ -36,8 +36,6 @@ actor DaemonCore {
 
     var listener: UnixListener?
     var listenerWatch: WatchID?
-    /// The metrics endpoint, when configured (`DaemonCore+Metrics`).
-    var metricsEndpoint: MetricsEndpoint?
     var connections: [Int: ClientConnection] = [:]
     var nextConnectionID = 1
     /// The connection each app is currently talking on.
@@ -55,6 +53,8 @@ actor DaemonCore {
     /// The apps' processes: the engine's effects are carried out through it
     /// (held here, not looked up: freeze and thaw are on every wake's path).
     let apps: AppProcesses
+    /// Counts decisions and acknowledgements (held here for the same reason).
+    let metricsComponent: MetricsComponent
     /// The subsystems, in start order (`DaemonComponent`).
     let components: [any DaemonComponent]
     /// Each request type a component handles, to that component.
@@ -63,11 +63,8 @@ actor DaemonCore {
     var saveTimer: TimerID?
     /// Set by the first stop signal (`VigilDaemonService`).
     var stopping = false
-    /// systemd's notification socket and watchdog (`DaemonCore+Systemd.swift`).
-    let systemd: SystemdLink
-    /// The last STATUS= line sent to systemd.
-    var systemdStatus: String?
-    var watchdog: SystemdWatchdog?
+    /// What systemd is told (held here: the core tells it of every state change).
+    let systemd: SystemdComponent
     /// The listening socket systemd passed (socket activation), used instead of binding one.
     var passedListener: UnixListener?
 
@@ -76,6 +73,7 @@ actor DaemonCore {
         loop: EventLoop, logger: Logger, systemd: SystemdLink = SystemdLink(), passedListener: UnixListener? = nil
     ) {
         self.config = config
+        let systemd = SystemdComponent(link: systemd)
         self.systemd = systemd
         self.passedListener = passedListener
         self.onStop = onStop ?? config.onStop
@@ -86,6 +84,8 @@ actor DaemonCore {
         self.decisions = DecisionHistory(capacity: config.decisionLogSize, logger: logger)
         let apps = AppProcesses(config: config, socketPath: socketPath, logger: logger)
         self.apps = apps
+        let metrics = MetricsComponent()
+        self.metricsComponent = metrics
         self.stateStore = StateStore(directory: config.stateDirectory, durability: config.durability)
         self.manifestPolicy = Self.manifestPolicy(for: config)
         // Start order: the apps' processes first (adopted before anything
@@ -93,8 +93,8 @@ actor DaemonCore {
         // stream layer before the transports whose sessions it carries (they
         // take back what it read from sessions.json).
         let components: [any DaemonComponent] = [
-            apps, BluetoothComponent(), RefreshComponent(), MQTTComponent(),
-            StreamSessions(), AccessoriesComponent(portKeeperCommand: portKeeper), L2CAPComponent(), DemoComponent(),
+            metrics, apps, BluetoothComponent(), RefreshComponent(), MQTTComponent(),
+            StreamSessions(), AccessoriesComponent(portKeeperCommand: portKeeper), L2CAPComponent(), DemoComponent(), systemd,
         ]
         self.components = components
         self.requestRoutes = Self.routes(for: components)
@@ -123,9 +123,9 @@ actor DaemonCore {
         listenerWatch = try loop.watch(listener.fd, for: .readable) { [unowned self] _ in
             self.assumeIsolated { $0.acceptClients() }
         }
-        startMetrics()  // before anything it counts happens
-        apps.adoptSurvivors(services: self)
-        engine.relaunchForRestoredEvents(now: now)
+        // Metrics first (before anything it counts happens), then the apps
+        // (adopted, and relaunched for what they have not handled) before
+        // any other component delivers.
         try startComponents(restoring: saved)
         logger.notice("listening", metadata: [
             "socket": "\(socketPath)", "suspension": "\(apps.suspender.mechanism.rawValue)", "detail": "\(apps.suspender.detail)",
@@ -141,7 +141,6 @@ actor DaemonCore {
         if let listenerWatch { loop.removeWatch(listenerWatch) }
         listener?.close()
         listener = nil
-        stopMetrics()
         stopComponentIntake()
         await apps.endForStop(onStop, services: self)
         for connection in connections.values { close(connection) }
