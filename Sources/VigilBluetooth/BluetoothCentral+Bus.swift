@@ -174,6 +174,8 @@ extension BluetoothCentral {
         log("bluetooth: mirror loaded: \(tree.adapters.count) adapter(s), \(tree.devices.count) device(s)")
         stateMayHaveChanged()
         reconcileEverything()
+        // A bluetoothd that (re)appeared has no agent: register ours again.
+        loop.task { await self.registerAgent() }
         if let peripheral { loop.task { await peripheral.bluezReady() } }
     }
 
@@ -190,6 +192,7 @@ extension BluetoothCentral {
         loading = false
         let connected = links.filter { $0.value.connected }.map(\.key)
         tree = BlueZObjectTree()
+        agentGone()
         discovery = DiscoveryState()
         for (path, state) in notify { state.close(loop: loop, path: path) }
         notify = [:]
@@ -262,7 +265,11 @@ extension BluetoothCentral {
     }
 
     private func objectAppeared(_ path: ObjectPath, interfaces: Set<String>) {
-        if interfaces.contains(BlueZ.adapter) { stateMayHaveChanged(); reconcileEverything() }
+        if interfaces.contains(BlueZ.adapter) {
+            stateMayHaveChanged()
+            reconcileEverything()
+            if let adapter = tree.adapter(at: path) { loop.task { await self.keepBondable(adapter) } }
+        }
         if interfaces.contains(BlueZ.device), let device = tree.device(at: path) {
             advertisementSeen(device)
             reconcileLink(device.address)
@@ -286,8 +293,14 @@ extension BluetoothCentral {
         case BlueZ.adapter:
             stateMayHaveChanged()
             if changed["Powered"] != nil { reconcileEverything() }
+            if changed["Pairable"]?.unwrapped.bool == false, let adapter = tree.adapter(at: path) {
+                loop.task { await self.keepBondable(adapter) }
+            }
         case BlueZ.device:
             guard let device = tree.device(at: path) else { return }
+            if changed["Address"] != nil, let old = before?["Address"]?.string?.uppercased(), old != device.address {
+                deviceAddressChanged(path, from: old, to: device.address)
+            }
             if changed["Connected"] != nil { connectedChanged(device) }
             if changed["ServicesResolved"]?.unwrapped.bool == true { servicesResolved(device) }
             let advertised = ["RSSI", "ManufacturerData", "ServiceData", "UUIDs", "Name", "TxPower"]

@@ -41,6 +41,9 @@ extension BluetoothCentral {
     /// links, pending connects, subscriptions and scan stay, and their events
     /// go on queueing (and relaunch it). Otherwise all of it ends.
     public func clientEnded(_ client: BluetoothClient, keep: Bool) {
+        // Its pairing prompts: cancelled now rather than at their deadline,
+        // unless a relaunch may answer them.
+        if !keep { promptsOfEndedClient(client) }
         guard let state = clients[client] else { return }
         if keep && state.restoreIdentifier != nil {
             log("bluetooth: \(client) ended; keeping \(state.connects.count) link(s) and \(state.subscriptions.count) subscription(s) for its relaunch")

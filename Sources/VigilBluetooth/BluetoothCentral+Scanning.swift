@@ -135,7 +135,8 @@ extension BluetoothCentral {
         return PeripheralInfo(
             address: device.address, addressType: device.addressType, name: device.name, rssi: device.rssi,
             txPower: device.txPower, state: state, serviceUUIDs: device.serviceUUIDs,
-            manufacturerData: device.manufacturerData, serviceData: device.serviceData, mtu: mtu)
+            manufacturerData: device.manufacturerData, serviceData: device.serviceData, mtu: mtu,
+            paired: device.paired, bonded: device.bonded, trusted: device.trusted)
     }
 
     public func knownPeripherals() -> [PeripheralInfo] {

@@ -58,6 +58,9 @@ public actor BluetoothCentral {
     var resolvedWaiters: [String: [Waiter]] = [:]
     var nextWaiterID = 0
 
+    // The pairing agent, prompts and pairings (BluetoothCentral+Pairing).
+    var agent = AgentState()
+
     public init(loop: EventLoop, busAddress: String? = nil, log: @escaping @Sendable (String) -> Void) {
         self.loop = loop
         self.busAddress = busAddress

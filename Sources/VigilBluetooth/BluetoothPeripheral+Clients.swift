@@ -55,6 +55,11 @@ extension BluetoothPeripheral {
         }
     }
 
+    /// Clients with services published (who a remote central's pairing prompt goes to).
+    func publishingClients() -> [BluetoothClient] {
+        clients.filter { !$0.value.services.isEmpty }.map(\.key)
+    }
+
     public func restoreIdentifiers(of client: BluetoothClient) -> [String] {
         guard let state = clients[client], !state.isEmpty, let identifier = state.restoreIdentifier else { return [] }
         return [identifier]

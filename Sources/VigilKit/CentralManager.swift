@@ -123,6 +123,40 @@ public final class CentralManager: Sendable {
         try await request(ListPeripherals(), expecting: PeripheralList.self).peripherals
     }
 
+    /// Pairs (bonds) with a peripheral BlueZ knows (seen by a scan, or asked
+    /// to connect). Prompts its pairing needs come as `.pairingRequest`.
+    /// Returns once BlueZ reports it paired (at once if it already was);
+    /// throws `deviceError` naming BlueZ's error (`AuthenticationFailed`,
+    /// `AuthenticationCanceled`, ...) and, where vigild knows, why (a prompt
+    /// rejected, or not answered in time).
+    @discardableResult
+    public func pair(_ address: String) async throws -> PairingState {
+        try await request(PairPeripheral(peripheral: address), expecting: PairingState.self)
+    }
+
+    /// Cancels this app's pairing in progress with the peripheral.
+    public func cancelPairing(_ address: String) async throws {
+        _ = try await request(CancelPairing(peripheral: address), expecting: Done.self)
+    }
+
+    /// Forgets the peripheral's bond (and BlueZ's record of it). An app may
+    /// forget only peripherals it connects to or paired.
+    public func forget(_ address: String) async throws {
+        _ = try await request(ForgetPeripheral(peripheral: address), expecting: Done.self)
+    }
+
+    @discardableResult
+    public func setTrusted(_ trusted: Bool, peripheral address: String) async throws -> PairingState {
+        try await request(SetTrusted(peripheral: address, trusted: trusted), expecting: PairingState.self)
+    }
+
+    /// Answers a `.pairingRequest`: `passkey` for a `passkey` prompt, `pin`
+    /// for a `pin` prompt; `accept` alone for `confirm` and `authorize`;
+    /// `accept: false` rejects the pairing.
+    public func respond(to prompt: PairingPrompt, accept: Bool, passkey: Int? = nil, pin: String? = nil) async throws {
+        _ = try await request(PairingResponse(request: prompt.request, accept: accept, passkey: passkey, pin: pin), expecting: Done.self)
+    }
+
     /// The peripheral at `address`, to use its GATT services (it must be connected for that).
     public func peripheral(_ address: String) -> Peripheral {
         Peripheral(address: address, application: application)
@@ -151,6 +185,18 @@ public enum CentralEvent: Sendable, Equatable {
     /// A value of a subscribed characteristic (a notification or indication).
     /// The path names services and characteristics by their full lowercase UUIDs.
     case valueUpdated(CharacteristicPath, [UInt8])
+    /// BlueZ asks, during a pairing, what only the app (or its user) can
+    /// answer: a passkey to type, a number to confirm, a passkey to show.
+    /// Answer with `CentralManager.respond(to:accept:passkey:pin:)` within
+    /// `prompt.timeout` seconds (prompts that need no answer, `displayPasskey`
+    /// and `displayPin`, say what to type on the peripheral).
+    case pairingRequest(PairingPrompt)
+    /// A prompt ended unanswered: BlueZ cancelled it, or its deadline passed.
+    case pairingCancelled(request: Int, peripheral: String, reason: String)
+    /// A bonded peripheral's private address was resolved: BlueZ reports it
+    /// under its identity address now (the first), was the second. The app's
+    /// connect request and subscriptions moved with it.
+    case addressChanged(String, previous: String)
 
     init(_ content: BluetoothEventContent, payload: [UInt8]) {
         switch content {
@@ -160,6 +206,10 @@ public enum CentralEvent: Sendable, Equatable {
         case let .disconnected(peripheral, reason, willReconnect):
             self = .disconnected(peripheral, reason: reason, willReconnect: willReconnect)
         case let .notification(path): self = .valueUpdated(path, payload)
+        case let .pairingRequest(prompt): self = .pairingRequest(prompt)
+        case let .pairingCancelled(request, peripheral, reason):
+            self = .pairingCancelled(request: request, peripheral: peripheral, reason: reason)
+        case let .addressChanged(peripheral, previous): self = .addressChanged(peripheral, previous: previous)
         }
     }
 

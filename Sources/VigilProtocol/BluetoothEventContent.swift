@@ -19,6 +19,13 @@ public enum BluetoothEventContent: Sendable, Equatable {
     case disconnected(peripheral: String, reason: String, willReconnect: Bool)
     /// `ble.notification`: `peripheral`, `service`, `characteristic`; the value in the body.
     case notification(CharacteristicPath)
+    /// `ble.pairingRequest`: the `PairingPrompt` members.
+    case pairingRequest(PairingPrompt)
+    /// `ble.pairingCancelled`: `request`, `peripheral`, `reason`.
+    case pairingCancelled(request: Int, peripheral: String, reason: String)
+    /// `ble.addressChanged`: `peripheral` (the identity address BlueZ now
+    /// reports), `previous` (the resolvable private address it had).
+    case addressChanged(peripheral: String, previous: String)
 
     /// Decodes an event of a Bluetooth kind; nil for any other kind (including
     /// `ble.*` kinds this version does not know). Malformed attributes of a
@@ -44,6 +51,24 @@ public enum BluetoothEventContent: Sendable, Equatable {
                     peripheral: try Self.string("peripheral", in: attributes, of: kind),
                     service: try Self.string("service", in: attributes, of: kind),
                     characteristic: try Self.string("characteristic", in: attributes, of: kind)))
+        case BluetoothEventKind.pairingRequest:
+            do {
+                let data = try JSONEncoder().encode(JSONValue.object(attributes))
+                self = .pairingRequest(try JSONDecoder().decode(PairingPrompt.self, from: data))
+            } catch {
+                throw ProtocolError(.invalidArgument, "\(kind): \(error)")
+            }
+        case BluetoothEventKind.pairingCancelled:
+            guard case let .number(request)? = attributes["request"] else {
+                throw ProtocolError(.invalidArgument, "\(kind): attribute 'request' is missing or not a number")
+            }
+            self = .pairingCancelled(
+                request: Int(request), peripheral: try Self.string("peripheral", in: attributes, of: kind),
+                reason: attributes["reason"]?.stringValue ?? "")
+        case BluetoothEventKind.addressChanged:
+            self = .addressChanged(
+                peripheral: try Self.string("peripheral", in: attributes, of: kind),
+                previous: try Self.string("previous", in: attributes, of: kind))
         default:
             return nil
         }
@@ -62,6 +87,9 @@ public enum BluetoothEventContent: Sendable, Equatable {
         case .connected: BluetoothEventKind.connected
         case .disconnected: BluetoothEventKind.disconnected
         case .notification: BluetoothEventKind.notification
+        case .pairingRequest: BluetoothEventKind.pairingRequest
+        case .pairingCancelled: BluetoothEventKind.pairingCancelled
+        case .addressChanged: BluetoothEventKind.addressChanged
         }
     }
 
@@ -78,6 +106,12 @@ public enum BluetoothEventContent: Sendable, Equatable {
             ["peripheral": .string(peripheral), "reason": .string(reason), "willReconnect": .bool(willReconnect)]
         case let .notification(path):
             ["peripheral": .string(path.peripheral), "service": .string(path.service), "characteristic": .string(path.characteristic)]
+        case let .pairingRequest(prompt):
+            prompt.attributes
+        case let .pairingCancelled(request, peripheral, reason):
+            ["request": .number(Double(request)), "peripheral": .string(peripheral), "reason": .string(reason)]
+        case let .addressChanged(peripheral, previous):
+            ["peripheral": .string(peripheral), "previous": .string(previous)]
         }
     }
 
@@ -88,6 +122,9 @@ public enum BluetoothEventContent: Sendable, Equatable {
         case let .discovered(info): info.address
         case let .connected(peripheral), let .disconnected(peripheral, _, _): peripheral
         case let .notification(path): path.peripheral
+        case let .pairingRequest(prompt): prompt.peripheral
+        case let .pairingCancelled(_, peripheral, _): peripheral
+        case let .addressChanged(peripheral, _): peripheral
         }
     }
 
@@ -124,5 +161,14 @@ extension PeripheralInfo {
         } catch {
             throw ProtocolError(.invalidArgument, "peripheral attributes: \(error)")
         }
+    }
+}
+
+extension PairingPrompt {
+    /// The prompt's members as event attributes (`ble.pairingRequest`).
+    public var attributes: [String: JSONValue] {
+        guard let data = try? JSONEncoder().encode(self),
+              case let .object(object)? = try? JSONDecoder().decode(JSONValue.self, from: data) else { return [:] }
+        return object
     }
 }

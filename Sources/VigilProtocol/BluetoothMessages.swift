@@ -34,11 +34,18 @@ public struct PeripheralInfo: Sendable, Codable, Equatable {
     public var serviceData: [String: String]
     /// The negotiated ATT MTU, once a characteristic reports it.
     public var mtu: Int?
+    /// Paired (keys exchanged), bonded (keys stored by BlueZ for later
+    /// connections) and trusted, as BlueZ reports them; absent from daemons
+    /// older than pairing support.
+    public var paired: Bool?
+    public var bonded: Bool?
+    public var trusted: Bool?
 
     public init(
         address: String, addressType: String = "public", name: String? = nil, rssi: Int? = nil, txPower: Int? = nil,
         state: String = "disconnected", serviceUUIDs: [String] = [], manufacturerData: [String: String] = [:],
-        serviceData: [String: String] = [:], mtu: Int? = nil
+        serviceData: [String: String] = [:], mtu: Int? = nil, paired: Bool? = nil, bonded: Bool? = nil,
+        trusted: Bool? = nil
     ) {
         self.address = address
         self.addressType = addressType
@@ -50,6 +57,9 @@ public struct PeripheralInfo: Sendable, Codable, Equatable {
         self.manufacturerData = manufacturerData
         self.serviceData = serviceData
         self.mtu = mtu
+        self.paired = paired
+        self.bonded = bonded
+        self.trusted = trusted
     }
 }
 

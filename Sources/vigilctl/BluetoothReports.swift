@@ -8,15 +8,23 @@ struct PeripheralTable {
     init(_ peripherals: [PeripheralInfo]) { self.peripherals = peripherals }
 
     var text: String {
-        var table = Table(headers: ["ADDRESS", "TYPE", "NAME", "RSSI", "STATE", "MTU", "SERVICES"])
+        var table = Table(headers: ["ADDRESS", "TYPE", "NAME", "RSSI", "STATE", "BOND", "MTU", "SERVICES"])
         for peripheral in peripherals {
             table.rows.append([
                 peripheral.address, peripheral.addressType, dashIfEmpty(peripheral.name ?? ""),
-                peripheral.rssi.map(String.init) ?? "-", peripheral.state, peripheral.mtu.map(String.init) ?? "-",
+                peripheral.rssi.map(String.init) ?? "-", peripheral.state, Self.bond(peripheral),
+                peripheral.mtu.map(String.init) ?? "-",
                 dashIfEmpty(peripheral.serviceUUIDs.map(GATTUUID.short).joined(separator: ",")),
             ])
         }
         return table.text
+    }
+
+    /// "bonded", "paired" (keys not stored), "-"; "+trusted" when trusted.
+    static func bond(_ peripheral: PeripheralInfo) -> String {
+        let bond = peripheral.bonded == true ? "bonded" : peripheral.paired == true ? "paired" : "-"
+        guard peripheral.trusted == true else { return bond }
+        return bond == "-" ? "trusted" : bond + "+trusted"
     }
 }
 

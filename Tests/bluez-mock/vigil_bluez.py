@@ -124,6 +124,10 @@ class _State:
         self.register_timeout = 3.0
         self.remote_timeout = 5.0
         self.hold_advertisements = False  # HoldAdvertisements: registrations answered on release
+        self.agents = {}            # (owner, agent path) -> capability
+        self.default_agent = None   # (owner, agent path)
+        self.agent_timeout = 60.0   # bluetoothd's own agent request timeout
+        self.agent_results = []     # (device path, method, result) of every agent-driven pairing
         self.held_advertisements = []     # their replies, in order
 
 
@@ -153,6 +157,9 @@ class _Dev:
         self.gatt = []                  # GATT object paths, creation order
         self.hr_energy = 0
         self.hr_resets = 0
+        self.pairing = 'justworks'      # SetPairingMethod: how Pair goes (see _pair)
+        self.passkey = 123456
+        self.pairing_pending = None     # (reply_cb, error_cb, agent) while a pairing waits
 
 
 class _Char:
@@ -489,14 +496,184 @@ def _install_device_methods(o):
     _install(o, DEVICE_IFACE, 'Disconnect', '', '', _disconnect, log=True)
     _install(o, DEVICE_IFACE, 'ConnectProfile', 's', '', lambda *a: None, log=True)
     _install(o, DEVICE_IFACE, 'DisconnectProfile', 's', '', lambda *a: None, log=True)
-    _install(o, DEVICE_IFACE, 'Pair', '', '', _pair, log=True)
-    _install(o, DEVICE_IFACE, 'CancelPairing', '', '', lambda *a: None, log=True)
+    _install(o, DEVICE_IFACE, 'Pair', '', '', _pair, is_async=True, log=True)
+    _install(o, DEVICE_IFACE, 'CancelPairing', '', '', _cancel_pairing, log=True)
+    _install(o, PROPS_IFACE, 'Set', 'ssv', '', _device_set_property)
 
 
-def _pair(o, sender):
+def _device_set_property(o, sender, iface, name, value):
+    if iface != DEVICE_IFACE or name not in ('Trusted', 'Blocked', 'Alias', 'WakeAllowed'):
+        raise _err('org.freedesktop.DBus.Error.InvalidArgs', f'No such property {name}')
+    _set_props(o, DEVICE_IFACE, {name: value})
+
+
+# --------------------------------------------------------------------------
+# pairing and agents (AgentManager1, Agent1), as bluetoothd drives them
+# --------------------------------------------------------------------------
+
+AGENT_IFACE = 'org.bluez.Agent1'
+AGENT_ERRORS = {  # an agent's error -> what Pair fails with (bluetoothd's mapping)
+    'org.bluez.Error.Rejected': ('org.bluez.Error.AuthenticationRejected', 'Authentication Rejected'),
+    'org.bluez.Error.Canceled': ('org.bluez.Error.AuthenticationCanceled', 'Authentication Canceled'),
+    'org.freedesktop.DBus.Error.NoReply': ('org.bluez.Error.AuthenticationTimeout', 'Authentication Timeout'),
+}
+
+
+def _register_agent(o, sender, path, capability):
+    caps = ('DisplayOnly', 'DisplayYesNo', 'KeyboardOnly', 'NoInputNoOutput', 'KeyboardDisplay', '')
+    if str(capability) not in caps:
+        raise _err('org.bluez.Error.InvalidArguments', 'Invalid Arguments')
+    key = (str(sender), str(path))
+    if any(owner == key[0] for owner, _p in S.agents):
+        raise _err('org.bluez.Error.AlreadyExists', 'Already Exists')
+    S.agents[key] = str(capability) or 'KeyboardDisplay'
+
+
+def _request_default_agent(o, sender, path):
+    key = (str(sender), str(path))
+    if key not in S.agents:
+        raise _err('org.bluez.Error.DoesNotExist', 'Does Not Exist')
+    S.default_agent = key
+
+
+def _unregister_agent(o, sender, path):
+    key = (str(sender), str(path))
+    if S.agents.pop(key, None) is None:
+        raise _err('org.bluez.Error.DoesNotExist', 'Does Not Exist')
+    if S.default_agent == key:
+        S.default_agent = None
+
+
+def _agent_for(sender):
+    '''The Pair caller's own agent, else the default one (bluetoothd's rule).'''
+    for key in S.agents:
+        if key[0] == str(sender):
+            return key
+    return S.default_agent
+
+
+def _agent_call(agent, method, sig, args, ok, fail):
+    owner, path = agent
+    _record(owner, path, AGENT_IFACE, method, args)
+    S.bus.call_async(owner, path, AGENT_IFACE, method, sig, args, ok, fail, timeout=S.agent_timeout)
+
+
+def _pair_done(o, d, bonded):
+    pending, d.pairing_pending = d.pairing_pending, None
+    adapter = mockobject.objects.get(d.adapter)
+    bondable = adapter is None or bool(adapter.props[ADAPTER_IFACE].get('Pairable', True))
+    _set_props(o, DEVICE_IFACE, {'Paired': dbus.Boolean(True), 'Bonded': dbus.Boolean(bonded and bondable)})
+    if pending:
+        pending[0]()
+
+
+def _pair_failed(d, name, message):
+    pending, d.pairing_pending = d.pairing_pending, None
+    if pending:
+        pending[1](_err(name, message))
+
+
+def _pair_with_agent(o, d, agent, method):
+    '''Drives one pairing method through `agent`, then ends the pending Pair.'''
+    dev = dbus.ObjectPath(o.path)
+
+    def failed(e):
+        name = e.get_dbus_name() if isinstance(e, dbus.exceptions.DBusException) else ''
+        S.agent_results.append((o.path, method, name or 'error'))
+        mapped = AGENT_ERRORS.get(name, ('org.bluez.Error.AuthenticationFailed', 'Authentication Failed'))
+        _pair_failed(d, *mapped)
+
+    def succeeded(*result):
+        if method == 'passkey' and (not result or int(result[0]) != d.passkey):
+            S.agent_results.append((o.path, method, 'wrong passkey'))
+            return _pair_failed(d, 'org.bluez.Error.AuthenticationFailed', 'Authentication Failed')
+        if method == 'pin' and (not result or str(result[0]) != str(d.passkey)):
+            S.agent_results.append((o.path, method, 'wrong pin'))
+            return _pair_failed(d, 'org.bluez.Error.AuthenticationFailed', 'Authentication Failed')
+        S.agent_results.append((o.path, method, 'ok'))
+        if d.pairing_pending is not None:
+            _pair_done(o, d, True)
+
+    if method == 'authorize':
+        _agent_call(agent, 'RequestAuthorization', 'o', (dev,), succeeded, failed)
+    elif method == 'passkey':
+        _agent_call(agent, 'RequestPasskey', 'o', (dev,), succeeded, failed)
+    elif method == 'pin':
+        _agent_call(agent, 'RequestPinCode', 'o', (dev,), succeeded, failed)
+    elif method == 'confirm':
+        _agent_call(agent, 'RequestConfirmation', 'ou', (dev, dbus.UInt32(d.passkey)), succeeded, failed)
+    elif method == 'display':
+        # The agent shows the passkey; the peripheral's user types it: done a moment later.
+        def shown(*_r):
+            S.agent_results.append((o.path, method, 'ok'))
+            _later(0.1, lambda: d.pairing_pending is not None and _pair_done(o, d, True))
+        _agent_call(agent, 'DisplayPasskey', 'ouq', (dev, dbus.UInt32(d.passkey), dbus.UInt16(0)), shown, failed)
+
+
+def _pair(o, sender, reply_cb, error_cb):
+    '''Device1.Pair. The device's pairing method (SetPairingMethod) decides:
+    `justworks` (no agent call; with no agent registered at all it fails with
+    AuthenticationFailed, as on a non-bondable adapter), `authorize`
+    (RequestAuthorization), `passkey` (RequestPasskey, must match), `pin`
+    (RequestPinCode), `confirm` (RequestConfirmation), `display`
+    (DisplayPasskey), `fail` (AuthenticationFailed). Bonded only while the
+    adapter is Pairable.'''
+    d = _dev(o.path)
     if o.props[DEVICE_IFACE].get('Paired'):
         raise _err('org.bluez.Error.AlreadyExists', 'Already Exists')
-    _set_props(o, DEVICE_IFACE, {'Paired': dbus.Boolean(True), 'Bonded': dbus.Boolean(True)})
+    if d.pairing_pending is not None:
+        raise _err('org.bluez.Error.InProgress', 'In Progress')
+    if d.away:
+        raise _err('org.bluez.Error.ConnectionAttemptFailed', 'Page Timeout')
+    agent = _agent_for(sender)
+    d.pairing_pending = (reply_cb, error_cb, agent)
+    if d.pairing == 'fail' or agent is None:
+        return _pair_failed(d, 'org.bluez.Error.AuthenticationFailed', 'Authentication Failed')
+    if d.pairing == 'justworks':
+        return _later(0.05, lambda: d.pairing_pending is not None and _pair_done(o, d, True))
+    _pair_with_agent(o, d, agent, d.pairing)
+
+
+def _cancel_pairing(o, sender):
+    d = _dev(o.path)
+    if d.pairing_pending is None:
+        raise _err('org.bluez.Error.DoesNotExist', 'Does Not Exist')
+    agent = d.pairing_pending[2]
+    if agent is not None:
+        _agent_call(agent, 'Cancel', '', (), lambda *a: None, lambda e: None)
+    _pair_failed(d, 'org.bluez.Error.AuthenticationCanceled', 'Authentication Canceled')
+
+
+def _c_request_from_device(o, s, dev, method, reply_cb, error_cb):
+    '''bluetoothd starting a pairing by itself (a protected characteristic
+    was accessed, or a remote central pairs): the default agent is asked with
+    no Pair call. Answers '' on success, else the error name.'''
+    d = _dev(dev)
+    path = str(dev)
+    agent = S.default_agent
+    if agent is None:
+        return reply_cb('org.bluez.Error.AuthenticationFailed')
+    d.pairing_pending = (lambda: reply_cb(''), lambda e: reply_cb(e.get_dbus_name()), agent)
+    _pair_with_agent(mockobject.objects[path], d, agent, str(method))
+
+
+def _c_set_pairing(o, s, dev, method, passkey):
+    d = _dev(dev)
+    d.pairing = str(method)
+    d.passkey = int(passkey)
+
+
+def _c_agents(o, s):
+    return dbus.Array([dbus.Struct((owner, dbus.ObjectPath(path), cap, (owner, path) == S.default_agent),
+                                   signature='sosb') for (owner, path), cap in S.agents.items()],
+                      signature='(sosb)')
+
+
+def _c_change_address(o, s, dev, address, address_type):
+    '''A bond resolved a private address: bluetoothd keeps the object (and
+    its path) and changes Address to the identity address.'''
+    _set_props(_obj(dev), DEVICE_IFACE, {'Address': dbus.String(str(address).upper()),
+                                         'AddressType': dbus.String(str(address_type))})
 
 
 def _connect(o, sender, reply_cb, error_cb):
@@ -1219,6 +1396,10 @@ def _on_name_owner_changed(name, old, new):
             _update_adv_props(a, st)
     for k in [k for k in S.apps if k[0] == gone]:
         del S.apps[k]
+    for k in [k for k in S.agents if k[0] == gone]:
+        del S.agents[k]
+        if S.default_agent == k:
+            S.default_agent = None
     for path, c in S.chars.items():
         o = mockobject.objects.get(path)
         if gone in c.sessions:
@@ -1497,6 +1678,13 @@ CONTROL_METHODS = [
     ('SetAdvertisingLimits', 'oyy', '', _c_adv_limits, False),
     ('HoldAdvertisements', 'b', '', _c_hold_advertisements, False),
     ('DiscoverySessions', 'o', 'a{sa{sv}}', _c_discovery_sessions, False),
+    ('SetPairingMethod', 'osu', '', _c_set_pairing, False),
+    ('Agents', '', 'a(sosb)', _c_agents, False),
+    ('AgentResults', '', 'a(sss)', lambda o, s: dbus.Array(
+        [dbus.Struct(r, signature='sss') for r in S.agent_results], signature='(sss)'), False),
+    ('SetAgentTimeout', 'd', '', lambda o, s, t: setattr(S, 'agent_timeout', float(t)), False),
+    ('RequestFromDevice', 'os', 's', _c_request_from_device, True),
+    ('ChangeAddress', 'oss', '', _c_change_address, False),
 ]
 
 
@@ -1515,6 +1703,10 @@ def load(mock, parameters):
     bluez5.load(mock, parameters)
     bz = mockobject.objects['/org/bluez']
     bz.props.setdefault(bluez5.PROFILE_MANAGER_IFACE, dbus.Dictionary({}, signature='sv'))
+    # AgentManager1 that knows who registered (bluez5's does not): the mock calls the agent back
+    _install(bz, 'org.bluez.AgentManager1', 'RegisterAgent', 'os', '', _register_agent, log=True)
+    _install(bz, 'org.bluez.AgentManager1', 'RequestDefaultAgent', 'o', '', _request_default_agent, log=True)
+    _install(bz, 'org.bluez.AgentManager1', 'UnregisterAgent', 'o', '', _unregister_agent, log=True)
     # GetManagedObjects on "/" lists only org.bluez's tree, not our control object
     _install(mock, OM_IFACE, 'GetManagedObjects', '', 'a{oa{sa{sv}}}', _get_managed_objects)
 

@@ -51,6 +51,8 @@ def main():
                              "characteristics with value-N (N counting reads) and accept writes")
     parser.add_argument("--ble-advertise", default=None, metavar="NAME",
                         help="with --ble-serve: advertise the service under this local name")
+    parser.add_argument("--ble-pair-passkey", type=int, default=None, metavar="N",
+                        help="answer pairing prompts: a passkey prompt with N, a confirmation by accepting")
     parser.add_argument("--ble-updates", type=int, default=0, metavar="N",
                         help="with --ble-serve: when a central subscribes, send N value updates (00 01, 00 02, ...)")
     options = parser.parse_args()
@@ -146,6 +148,11 @@ def main():
                         reads += 1  # answers that reached a central
                     elif item.kind == "ble.peripheral.write" and "request" in item.attributes:
                         app.request("ble.respond", request=item.attributes["request"])
+                    elif item.kind == "ble.pairingRequest" and options.ble_pair_passkey is not None:
+                        passkey = options.ble_pair_passkey if item.attributes.get("kind") == "passkey" else None
+                        app.request("ble.pairingResponse", request=item.attributes["request"], accept=True,
+                                    **({"passkey": passkey} if passkey is not None else {}))
+                        record(kind="pairingAnswered", request=item.attributes["request"])
                     elif item.kind == "ble.peripheral.subscribed":
                         for n in range(1, options.ble_updates + 1):
                             update = app.request("ble.updateValue", service=item.attributes["service"],

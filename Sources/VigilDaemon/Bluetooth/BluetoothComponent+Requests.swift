@@ -33,6 +33,9 @@ extension BluetoothComponent {
             guard let peripheral else { throw ProtocolError(.unavailable, "Bluetooth is disabled", id: id) }
             return try handlePeripheralRequest(message, peripheral, client: client, connection: connection, services: services)
         }
+        if Self.pairingRequests.contains(message.type) {
+            return try handlePairingRequest(message, central, client: client, connection: connection, services: services)
+        }
         // Synchronous requests: answered at once, on the loop.
         func now<R: Message>(_ body: @Sendable (isolated BluetoothCentral) throws(ProtocolError) -> R) throws(ProtocolError) {
             let outcome: Result<R, ProtocolError> = central.assumeIsolated { central in

@@ -14,6 +14,7 @@ import VigilProtocol
 final class BluetoothComponent: DaemonComponent {
     let name = "bluetooth"
     let requestTypes = BluetoothComponent.centralRequests.union(BluetoothComponent.peripheralRequests)
+        .union(BluetoothComponent.pairingRequests)
 
     /// nil while stopped or disabled by the config.
     private(set) var central: BluetoothCentral?
@@ -42,6 +43,8 @@ final class BluetoothComponent: DaemonComponent {
             log: { logger.info("\($0)") })
         self.central = central
         self.peripheral = peripheral
+        // Pairing prompts wait as long as a peripheral request does for an app.
+        let promptTimeout = Duration.milliseconds(Int(config.bluetoothRequestTimeout * 1000))
         let events = BluetoothEvents(services: services)
         self.events = events
         let restoring = saved.bluetooth
@@ -52,6 +55,7 @@ final class BluetoothComponent: DaemonComponent {
         central.assumeIsolated { central in
             if let restoring { central.restore(restoring.central) }
             central.setDelegate(events)
+            central.setPairingPromptTimeout(promptTimeout)
             central.attach(peripheral)
             central.start()
         }

@@ -106,6 +106,10 @@ class Device:
     service_data: Mapping[str, bytes] = dataclasses.field(default_factory=dict)
     tx_power: int | None = None
     mtu: int | None = None
+    #: Pairing state as BlueZ reports it (None from a daemon without pairing support).
+    paired: bool | None = None
+    bonded: bool | None = None
+    trusted: bool | None = None
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> Device:
@@ -115,4 +119,5 @@ class Device:
             service_uuids=tuple(obj.get("serviceUUIDs") or ()),
             manufacturer_data={int(k): bytes.fromhex(v) for k, v in (obj.get("manufacturerData") or {}).items()},
             service_data={str(k): bytes.fromhex(v) for k, v in (obj.get("serviceData") or {}).items()},
-            tx_power=obj.get("txPower"), mtu=obj.get("mtu"))
+            tx_power=obj.get("txPower"), mtu=obj.get("mtu"),
+            paired=obj.get("paired"), bonded=obj.get("bonded"), trusted=obj.get("trusted"))

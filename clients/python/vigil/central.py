@@ -55,6 +55,10 @@ class Central:
         self._state_changed = asyncio.Event()
         self._pump: asyncio.Task[None] | None = None
         self.state_callback: Callable[[str], Any] | None = None
+        #: Called with each pairing prompt (`ble.pairingRequest`'s attributes:
+        #: request, peripheral, kind, passkey, timeout, ...); answer it with
+        #: `respond_pairing` before `timeout` seconds pass.
+        self.pairing_callback: Callable[[Mapping[str, Any]], Any] | None = None
 
     async def _register(self) -> None:
         members: dict[str, Any] = {}
@@ -115,6 +119,9 @@ class Central:
                 else:
                     await client._disconnected(str(attributes.get("reason", "")),
                                                bool(attributes.get("willReconnect", False)))
+        elif kind == "ble.pairingRequest":
+            if self.pairing_callback is not None:
+                await _call(self.pairing_callback, attributes)
         elif kind == "ble.notification":
             for value in notification_values(attributes, body):
                 client = self._clients.get(value.peripheral.upper())
@@ -136,6 +143,33 @@ class Central:
                 except asyncio.TimeoutError:
                     pass
         await asyncio.wait_for(wait(), timeout)
+
+    async def pair(self, address: str) -> Mapping[str, Any]:
+        """Pairs (bonds) with a peripheral BlueZ knows; prompts go to
+        `pairing_callback`. Returns {peripheral, paired, bonded, trusted}."""
+        reply = await self._client.request("ble.pair", timeout=None, peripheral=address)
+        return {k: v for k, v in reply.header.items() if k not in ("type", "id")}
+
+    async def cancel_pairing(self, address: str) -> None:
+        await self._client.request("ble.cancelPairing", peripheral=address)
+
+    async def forget(self, address: str) -> None:
+        """Removes the peripheral's bond and BlueZ's record of it."""
+        await self._client.request("ble.forget", peripheral=address)
+
+    async def set_trusted(self, address: str, trusted: bool = True) -> Mapping[str, Any]:
+        reply = await self._client.request("ble.setTrusted", peripheral=address, trusted=trusted)
+        return {k: v for k, v in reply.header.items() if k not in ("type", "id")}
+
+    async def respond_pairing(self, request: int, accept: bool, passkey: int | None = None,
+                              pin: str | None = None) -> None:
+        """Answers a pairing prompt (`pairing_callback`)."""
+        members: dict[str, Any] = {"request": request, "accept": accept}
+        if passkey is not None:
+            members["passkey"] = passkey
+        if pin is not None:
+            members["pin"] = pin
+        await self._client.request("ble.pairingResponse", **members)
 
     async def peripherals(self) -> list[Device]:
         """Peripherals the daemon knows: seen, connected or pending."""

@@ -1,0 +1,406 @@
+import VigilDBus
+import VigilProtocol
+import VigilSystem
+
+/// What the agent and pairing keep: whether BlueZ has the agent, the prompts
+/// waiting for a client's answer, the pairings clients asked for.
+struct AgentState {
+    /// The bus generation the agent object is exported on.
+    var exportedOn = -1
+    var registered = false
+    var prompts: [Int: PendingPrompt] = [:]
+    var nextPrompt = 1
+    /// Address -> the pairing a client asked for (`ble.pair`), while BlueZ's Pair runs.
+    var attempts: [String: PairingAttempt] = [:]
+    /// Address -> clients that paired it through vigild (they may forget and trust it).
+    var pairedBy: [String: Set<BluetoothClient>] = [:]
+    /// How long a prompt waits for its answer: inside BlueZ's own agent
+    /// timeout and the kernel's 30 s SMP timeout, enough to wake an app.
+    var promptTimeout: Duration = .seconds(20)
+}
+
+struct PendingPrompt {
+    let client: BluetoothClient
+    let address: String
+    let kind: PairingPromptKind
+    let reply: AgentReply
+    let timer: TimerID
+}
+
+struct PairingAttempt {
+    let client: BluetoothClient
+    let id: Int
+    /// What vigild knows of why it failed (a prompt unanswered or rejected).
+    var why: String?
+}
+
+/// The pairing agent's policy and the pair / cancel / forget / trust requests.
+///
+/// Policy (docs/bluetooth.md, "Pairing and bonds"): a prompt about a device
+/// goes to the client pairing it (`ble.pair`), else to a client that asked to
+/// connect to it (a pairing BlueZ started for a protected characteristic),
+/// else, for a remote central pairing with the machine, to a client of the
+/// peripheral role; with nobody to ask it is rejected. Just Works
+/// (RequestAuthorization) and service authorizations are accepted without a
+/// prompt for a device some client pairs or uses, and for remote centrals
+/// while a client publishes services; otherwise rejected. A prompt not
+/// answered within `promptTimeout` is cancelled, never left hanging.
+extension BluetoothCentral {
+    public func setPairingPromptTimeout(_ timeout: Duration) {
+        agent.promptTimeout = timeout
+    }
+
+    /// Exports the agent on the current bus connection (once per connection).
+    func exportAgent(_ bus: DBusConnection) async {
+        guard agent.exportedOn != busGeneration else { return }
+        let generation = busGeneration
+        do {
+            try await PairingAgent.export(on: bus) { [weak self] request, reply in
+                self?.assumeIsolated { $0.agentRequest(request, reply) }
+            }
+            agent.exportedOn = generation
+        } catch {
+            log("bluetooth: cannot export the pairing agent: \(error)")
+        }
+    }
+
+    /// Registers the agent as BlueZ's default (after every appearance of
+    /// bluetoothd: a restarted one has forgotten it) and keeps the adapters bondable.
+    func registerAgent() async {
+        guard let bus, let owner = bluezOwner else { return }
+        await exportAgent(bus)
+        agent.registered = false
+        do {
+            try await PairingAgent.register(on: bus)
+            guard bluezOwner == owner else { return }
+            agent.registered = true
+            log("bluetooth: pairing agent registered (\(PairingAgent.capability), default agent)")
+        } catch {
+            log("bluetooth: registering the pairing agent failed: \(error); pairing needs another agent")
+        }
+        for adapter in tree.adapters { await keepBondable(adapter) }
+    }
+
+    /// Adapter1.Pairable is BlueZ's bondable setting: without it no bond is stored.
+    func keepBondable(_ adapter: AdapterView) async {
+        guard agent.registered, adapter.properties["Pairable"]?.bool == false, let bus else { return }
+        log("bluetooth: \(adapter.name) is not bondable; turning Pairable on so bonds are stored")
+        do {
+            _ = try await bus.call(
+                destination: BlueZ.service, path: adapter.path, interface: BlueZ.properties, member: "Set",
+                arguments: [.string(BlueZ.adapter), .string("Pairable"), .variant(.bool(true))], timeout: .seconds(10))
+        } catch {
+            log("bluetooth: turning Pairable on for \(adapter.name) failed: \(error)")
+        }
+    }
+
+    /// BlueZ went: its requests went with it.
+    func agentGone() {
+        agent.registered = false
+        cancelPrompts(reason: "bluetoothd stopped", where: { _ in true })
+    }
+
+    // MARK: Requests from BlueZ
+
+    func agentRequest(_ request: AgentRequest, _ reply: AgentReply) {
+        switch request {
+        case .release:
+            agent.registered = false
+            log("bluetooth: BlueZ released the pairing agent")
+            return reply.answer(.accept)
+        case .cancel:
+            cancelPrompts(reason: "BlueZ cancelled the request (the pairing failed or was cancelled)", where: { _ in true })
+            return reply.answer(.accept)
+        default:
+            break
+        }
+        guard let path = request.device else { return reply.answer(.reject("no device")) }
+        let address = tree.device(at: path)?.address ?? Self.address(ofPath: path)
+        let target = promptTarget(address)
+        let known = target != nil
+        switch request {
+        case .requestAuthorization:
+            if let target {
+                log("bluetooth: \(address): Just Works pairing accepted (for \(target.client))")
+                return reply.answer(.accept)
+            }
+            log("bluetooth: \(address): Just Works pairing refused: no client pairs, uses or serves it")
+            return reply.answer(.reject("no Vigil client pairs with or uses this device"))
+        case let .authorizeService(_, uuid):
+            if known || tree.device(at: path)?.properties["Paired"]?.bool == true {
+                return reply.answer(.accept)
+            }
+            log("bluetooth: \(address): service \(uuid) not authorized: no client uses the device")
+            return reply.answer(.reject("no Vigil client uses this device"))
+        default:
+            break
+        }
+        guard let (client, mode) = target else {
+            log("bluetooth: \(address): pairing prompt refused: no client pairs with, uses or serves it")
+            return reply.answer(.reject("no Vigil client pairs with or uses this device"))
+        }
+        let prompt: PairingPrompt
+        let id = agent.nextPrompt
+        agent.nextPrompt += 1
+        let seconds = Double(agent.promptTimeout.components.seconds) + Double(agent.promptTimeout.components.attoseconds) / 1e18
+        switch request {
+        case .requestPinCode: prompt = PairingPrompt(request: id, peripheral: address, kind: .pin, timeout: seconds)
+        case .requestPasskey: prompt = PairingPrompt(request: id, peripheral: address, kind: .passkey, timeout: seconds)
+        case let .requestConfirmation(_, passkey):
+            prompt = PairingPrompt(request: id, peripheral: address, kind: .confirm, passkey: Int(passkey), timeout: seconds)
+        case let .displayPasskey(_, passkey, entered):
+            prompt = PairingPrompt(request: id, peripheral: address, kind: .displayPasskey, passkey: Int(passkey), entered: Int(entered))
+        case let .displayPinCode(_, pin):
+            prompt = PairingPrompt(request: id, peripheral: address, kind: .displayPin, pin: pin)
+        default:
+            return reply.answer(.reject("unexpected request"))
+        }
+        log("bluetooth: \(address): pairing prompt \(id) (\(prompt.kind.rawValue)) for \(client)")
+        if prompt.kind.needsAnswer {
+            let timeout = agent.promptTimeout
+            let timer = loop.schedule(after: timeout) { [weak self] in
+                self?.assumeIsolated { $0.promptExpired(id, after: timeout) }
+            }
+            agent.prompts[id] = PendingPrompt(client: client, address: address, kind: prompt.kind, reply: reply, timer: timer)
+        } else {
+            reply.answer(.accept)
+        }
+        let content = BluetoothEventContent.pairingRequest(prompt)
+        delegate?.bluetooth(emit: content.kind, attributes: content.attributes, body: [], mode: mode, to: client)
+    }
+
+    /// Who answers a prompt about `address`, and the mode that wakes it.
+    private func promptTarget(_ address: String) -> (client: BluetoothClient, mode: BackgroundMode)? {
+        if let attempt = agent.attempts[address] { return (attempt.client, .bluetoothCentral) }
+        let users = clients.filter { $0.value.connects.contains(address) }.map(\.key).sorted { "\($0)" < "\($1)" }
+        if let user = users.first { return (user, .bluetoothCentral) }
+        // A remote central pairing with the machine, to use a client's services.
+        let publishers = (peripheral?.assumeIsolated { $0.publishingClients() } ?? []).sorted { "\($0)" < "\($1)" }
+        if let publisher = publishers.first { return (publisher, .bluetoothPeripheral) }
+        return nil
+    }
+
+    private func promptExpired(_ id: Int, after timeout: Duration) {
+        guard let prompt = agent.prompts.removeValue(forKey: id) else { return }
+        let why = "nobody answered the \(prompt.kind.rawValue) prompt within \(timeout)"
+        log("bluetooth: \(prompt.address): \(why); pairing rejected")
+        agent.attempts[prompt.address]?.why = why
+        prompt.reply.answer(.cancel(why))
+        emitCancelled(id, prompt, reason: why)
+    }
+
+    func cancelPrompts(reason: String, where matches: (PendingPrompt) -> Bool) {
+        for (id, prompt) in agent.prompts.sorted(by: { $0.key < $1.key }) where matches(prompt) {
+            agent.prompts[id] = nil
+            loop.cancelTimer(prompt.timer)
+            prompt.reply.answer(.cancel(reason))
+            emitCancelled(id, prompt, reason: reason)
+        }
+    }
+
+    private func emitCancelled(_ id: Int, _ prompt: PendingPrompt, reason: String) {
+        let content = BluetoothEventContent.pairingCancelled(request: id, peripheral: prompt.address, reason: reason)
+        let mode: BackgroundMode = clients[prompt.client] == nil ? .bluetoothPeripheral : .bluetoothCentral
+        delegate?.bluetooth(emit: content.kind, attributes: content.attributes, body: [], mode: mode, to: prompt.client)
+    }
+
+    /// A client's answer to a prompt.
+    public func answerPrompt(_ client: BluetoothClient, _ response: PairingResponse) throws(ProtocolError) {
+        guard let prompt = agent.prompts[response.request], prompt.client == client else {
+            throw ProtocolError(.notFound, "no pairing prompt \(response.request) is waiting for this client's answer (answered, cancelled, or past its deadline)")
+        }
+        let answer: AgentAnswer
+        if !response.accept {
+            answer = .reject("rejected by \(client)")
+            agent.attempts[prompt.address]?.why = "\(client) rejected the \(prompt.kind.rawValue) prompt"
+        } else {
+            switch prompt.kind {
+            case .passkey:
+                guard let passkey = response.passkey, (0...999_999).contains(passkey) else {
+                    throw ProtocolError(.invalidArgument, "a passkey prompt needs 'passkey', 0-999999")
+                }
+                answer = .passkey(UInt32(passkey))
+            case .pin:
+                guard let pin = response.pin, (1...16).contains(pin.utf8.count) else {
+                    throw ProtocolError(.invalidArgument, "a PIN prompt needs 'pin', 1-16 characters")
+                }
+                answer = .pin(pin)
+            default:
+                answer = .accept
+            }
+        }
+        agent.prompts[response.request] = nil
+        loop.cancelTimer(prompt.timer)
+        log("bluetooth: \(prompt.address): pairing prompt \(response.request) answered by \(client) (\(response.accept ? "accepted" : "rejected"))")
+        prompt.reply.answer(answer)
+    }
+
+    /// A client ended for good: its prompts are cancelled at once rather than at their deadline.
+    func promptsOfEndedClient(_ client: BluetoothClient) {
+        cancelPrompts(reason: "\(client) went away", where: { $0.client == client })
+        for (address, clients) in agent.pairedBy where clients.contains(client) {
+            agent.pairedBy[address]?.remove(client)
+        }
+    }
+
+    // MARK: Requests from clients
+
+    /// Pairs (and bonds) with a peripheral BlueZ knows; returns once BlueZ says it is paired.
+    public func pair(_ client: BluetoothClient, address rawAddress: String) async throws(ProtocolError) -> PairingState {
+        let address = try Self.address(rawAddress)
+        guard let bus, bluezOwner != nil, !loading else { throw ProtocolError(.unavailable, "Bluetooth is not available") }
+        guard let device = tree.device(address: address) else {
+            throw ProtocolError(.notFound, "BlueZ does not know \(address): scan for it (or ask to connect to it) first")
+        }
+        agent.pairedBy[address, default: []].insert(client)
+        if device.properties["Paired"]?.bool == true { return pairingState(address) }
+        guard agent.attempts[address] == nil else {
+            throw ProtocolError(.invalidState, "a pairing with \(address) is already in progress")
+        }
+        if !agent.registered { log("bluetooth: \(address): pairing without vigild's agent registered (prompts go to another agent)") }
+        let id = Int.random(in: 1...Int.max)
+        agent.attempts[address] = PairingAttempt(client: client, id: id)
+        log("bluetooth: \(address): pairing, asked by \(client)")
+        var failure: ProtocolError?
+        do {
+            _ = try await bus.call(destination: BlueZ.service, path: device.path, interface: BlueZ.device, member: "Pair", timeout: .seconds(120))
+        } catch let error as DBusError where error.name == "org.bluez.Error.AlreadyExists" {
+            // Paired already (by someone else meanwhile).
+        } catch let error as DBusError {
+            let why = agent.attempts[address]?.why.map { ": \($0)" } ?? ""
+            let short = error.name.hasPrefix("org.bluez.Error.") ? String(error.name.dropFirst("org.bluez.Error.".count)) : error.name
+            failure = ProtocolError(.deviceError, "pairing with \(address) failed: \(short) (\(error.name): \(error.message))\(why)")
+        } catch {
+            failure = ProtocolError(.deviceError, "pairing with \(address) failed: \(error)")
+        }
+        if agent.attempts[address]?.id == id { agent.attempts[address] = nil }
+        cancelPrompts(reason: "the pairing ended", where: { $0.address == address && $0.client == client })
+        if let failure {
+            log("bluetooth: \(failure.message)")
+            throw failure
+        }
+        await reread(device.path, interface: BlueZ.device)
+        let state = pairingState(address)
+        log("bluetooth: \(address): paired (bonded \(state.bonded))")
+        return state
+    }
+
+    public func cancelPairing(_ client: BluetoothClient, address rawAddress: String) async throws(ProtocolError) {
+        let address = try Self.address(rawAddress)
+        guard let bus, let device = tree.device(address: address) else { throw ProtocolError(.notFound, "BlueZ does not know \(address)") }
+        if case .app = client, agent.attempts[address]?.client != client {
+            throw ProtocolError(.notPermitted, "this app is not pairing with \(address)")
+        }
+        agent.attempts[address]?.why = "cancelled by \(client)"
+        cancelPrompts(reason: "the pairing was cancelled", where: { $0.address == address })
+        do {
+            _ = try await bus.call(destination: BlueZ.service, path: device.path, interface: BlueZ.device, member: "CancelPairing", timeout: .seconds(10))
+        } catch let error as DBusError where error.name == "org.bluez.Error.DoesNotExist" {
+            // Nothing in progress.
+        } catch {
+            throw ProtocolError(.deviceError, "cancelling the pairing with \(address) failed: \(error)")
+        }
+    }
+
+    /// Forgets the bond and BlueZ's record of the device (Adapter1.RemoveDevice).
+    public func forget(_ client: BluetoothClient, address rawAddress: String) async throws(ProtocolError) {
+        let address = try Self.address(rawAddress)
+        try requireManage(client, address)
+        guard let bus, let device = tree.device(address: address), let adapter = device.adapter else {
+            throw ProtocolError(.notFound, "BlueZ does not know \(address)")
+        }
+        log("bluetooth: \(address): forgetting its bond, asked by \(client)")
+        do {
+            _ = try await bus.call(
+                destination: BlueZ.service, path: adapter, interface: BlueZ.adapter, member: "RemoveDevice",
+                arguments: [.objectPath(device.path)], timeout: .seconds(10))
+        } catch {
+            throw ProtocolError(.deviceError, "forgetting \(address) failed: \(error)")
+        }
+        agent.pairedBy[address] = nil
+    }
+
+    public func setTrusted(_ client: BluetoothClient, address rawAddress: String, trusted: Bool) async throws(ProtocolError) -> PairingState {
+        let address = try Self.address(rawAddress)
+        try requireManage(client, address)
+        guard let bus, let device = tree.device(address: address) else { throw ProtocolError(.notFound, "BlueZ does not know \(address)") }
+        do {
+            _ = try await bus.call(
+                destination: BlueZ.service, path: device.path, interface: BlueZ.properties, member: "Set",
+                arguments: [.string(BlueZ.device), .string("Trusted"), .variant(.bool(trusted))], timeout: .seconds(10))
+        } catch {
+            throw ProtocolError(.deviceError, "setting Trusted on \(address) failed: \(error)")
+        }
+        await reread(device.path, interface: BlueZ.device)
+        return pairingState(address)
+    }
+
+    /// Who may forget or trust a device: the control role any; an app one it
+    /// asked to connect to or paired through vigild.
+    private func requireManage(_ client: BluetoothClient, _ address: String) throws(ProtocolError) {
+        guard case .app = client else { return }
+        if clients[client]?.connects.contains(address) == true || agent.pairedBy[address]?.contains(client) == true { return }
+        throw ProtocolError(.notPermitted, "an app may forget or trust only a device it connects to or paired (\(address))")
+    }
+
+    func pairingState(_ address: String) -> PairingState {
+        let device = tree.device(address: address)
+        return PairingState(
+            peripheral: address, paired: device?.paired ?? false, bonded: device?.bonded ?? false,
+            trusted: device?.trusted ?? false)
+    }
+
+    /// dev_AA_BB_CC_DD_EE_FF -> AA:BB:CC:DD:EE:FF.
+    static func address(ofPath path: ObjectPath) -> String {
+        guard let last = path.rawValue.split(separator: "/").last, last.hasPrefix("dev_") else { return path.rawValue }
+        return String(last.dropFirst(4).map { $0 == "_" ? ":" : $0 })
+    }
+}
+
+// MARK: Addresses that change
+
+extension BluetoothCentral {
+    /// BlueZ changed a device object's `Address`: a bond's IRK resolved the
+    /// resolvable private address it was known by, and BlueZ now reports the
+    /// identity address (same object, same path). The mirror follows the
+    /// object: what clients asked for under the old address (connect
+    /// requests, subscriptions, links) moves to the new one, and each is told
+    /// (`ble.addressChanged`), so a connect request made before the bond is
+    /// still kept, never timing out, under the identity.
+    func deviceAddressChanged(_ path: ObjectPath, from old: String, to new: String) {
+        guard !old.isEmpty, !new.isEmpty, old != new else { return }
+        log("bluetooth: \(path) is now \(new) (was \(old)): its clients' requests follow it")
+        var told: [BluetoothClient] = []
+        for (client, var state) in clients {
+            var involved = false
+            if state.connects.remove(old) != nil { state.connects.insert(new); involved = true }
+            if state.announced.remove(old) != nil { state.announced.insert(new) }
+            if state.seen.remove(old) != nil { state.seen.insert(new) }
+            for (key, preference) in state.subscriptions where key.peripheral == old {
+                state.subscriptions[key] = nil
+                var moved = key
+                moved.peripheral = new
+                state.subscriptions[moved] = preference
+                involved = true
+            }
+            clients[client] = state
+            if involved { told.append(client) }
+        }
+        if let link = links.removeValue(forKey: old), links[new] == nil { links[new] = link }
+        if let waiters = resolvedWaiters.removeValue(forKey: old) { resolvedWaiters[new, default: []] += waiters }
+        if let paired = agent.pairedBy.removeValue(forKey: old) {
+            agent.pairedBy[new, default: []].formUnion(paired)
+            told += paired.filter { !told.contains($0) }
+        }
+        if let attempt = agent.attempts.removeValue(forKey: old) { agent.attempts[new] = attempt }
+        for (notifyPath, state) in notify where state.address == old {
+            state.close(loop: loop, path: notifyPath)
+            notify[notifyPath] = nil
+        }
+        for client in told {
+            emit(.addressChanged(peripheral: new, previous: old), to: client)
+        }
+        reconcileNotifications(new)
+        reconcileLink(new)
+    }
+}

@@ -1,0 +1,219 @@
+"""Pairing and bonds through the real vigild, against the host-tier BlueZ mock
+(Tests/bluez-mock: its AgentManager1 records who registered, and Device1.Pair
+calls the registered agent back the way bluetoothd does: RequestPasskey,
+RequestConfirmation, DisplayPasskey, ...; `RequestFromDevice` starts a
+pairing with no Pair call, as bluetoothd does when a protected characteristic
+is accessed).
+
+What a pass proves: vigild registers its agent (KeyboardDisplay, default) and
+again after a bluetoothd restart, keeps the adapter bondable, routes prompts
+to the client that pairs (vigilctl's connection) or uses the device (an app,
+woken from suspension for it), answers BlueZ with the client's answer or
+rejects in time, reports BlueZ's errors with the reason, and follows a
+device object whose address BlueZ resolved to its identity. The lab tier
+checks pairing against real BlueZ and a Bumble peer.
+"""
+
+import asyncio
+import os
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ble_harness import EXAMPLE_APP, PYTHON, MockBlueZDaemonTest, missing  # noqa: E402
+from vigil_client import VigilError  # noqa: E402
+import vigil  # noqa: E402
+
+HRM = "AA:BB:CC:DD:EE:01"
+IDENTITY = "C0:DE:00:00:00:99"
+APP = "org.vigil.test.blepair"
+
+
+class PairingRig(MockBlueZDaemonTest):
+    APP = APP
+    #: Prompts wait 1.5 s for an answer here (bluetooth-request-timeout).
+    config_lines = "bluetooth-request-timeout = 1.5\n"
+    passkey_answer = None
+
+    def prepare_mock(self):
+        self.hrm = self.mock.control.AddHeartRateMonitor("hci0", HRM, "Vigil HRM")
+
+    def manifest(self):
+        answer = [] if self.passkey_answer is None else ["--ble-pair-passkey", str(self.passkey_answer)]
+        args = ", ".join(f'"{a}"' for a in [PYTHON, EXAMPLE_APP, "--record", self.record, "--ble-peripheral", HRM,
+                                               "--restore-id", "pair", *answer])
+        return f'id = "{APP}"\nexec = [{args}]\nbackground-modes = ["bluetooth-central"]\n'
+
+    def device(self, address=HRM):
+        for peripheral in self.control.request("ble.peripherals")["peripherals"]:
+            if peripheral["address"] == address:
+                return peripheral
+        return None
+
+    def agents(self):
+        return [(str(owner), str(path), str(cap), bool(default)) for owner, path, cap, default in self.mock.control.Agents()]
+
+    def mock_device(self, name):
+        obj = self.mock.bus.get_object("org.bluez", self.hrm)
+        return obj.Get("org.bluez.Device1", name, dbus_interface="org.freedesktop.DBus.Properties")
+
+    def adapter_pairable(self):
+        obj = self.mock.bus.get_object("org.bluez", "/org/bluez/hci0")
+        return bool(obj.Get("org.bluez.Adapter1", "Pairable", dbus_interface="org.freedesktop.DBus.Properties"))
+
+    def pair_with_prompts(self, answer, address=HRM):
+        """ble.pair from a control connection (the vigil package), answering
+        each prompt with answer(prompt, central); returns (reply or VigilError, prompts)."""
+        prompts = []
+
+        async def body():
+            async with vigil.Control(self.socket) as control:
+                central = await control.central()
+
+                async def on_prompt(prompt):
+                    prompts.append(dict(prompt))
+                    await answer(prompt, central)
+                central.pairing_callback = on_prompt
+                try:
+                    return await asyncio.wait_for(central.pair(address), 30)
+                except vigil.VigilError as error:
+                    return error
+        return asyncio.run(body()), prompts
+
+
+@unittest.skipIf(missing(), missing() or "")
+class PairingTests(PairingRig):
+    def test_agent_registered_as_default_and_adapter_kept_bondable(self):
+        self.wait_until(lambda: any(cap == "KeyboardDisplay" and default and path == "/org/vigil/agent"
+                                    for _o, path, cap, default in self.agents()), "vigild's agent registered as default")
+        # Something turns bondable off (bluetoothd does when its agent goes): vigild turns it on again.
+        adapter = self.mock.bus.get_object("org.bluez", "/org/bluez/hci0")
+        adapter.Set("org.bluez.Adapter1", "Pairable", self.dbus.Boolean(False), dbus_interface="org.freedesktop.DBus.Properties")
+        self.wait_until(self.adapter_pairable, "Pairable on again")
+
+    def test_agent_registered_again_after_bluetoothd_restart(self):
+        self.wait_until(lambda: self.agents(), "the agent registered")
+        self.mock.restart_bluez()
+        self.hrm = self.mock.control.AddHeartRateMonitor("hci0", HRM, "Vigil HRM")
+        self.wait_until(lambda: any(default for *_r, default in self.agents()), "the agent registered with the new bluetoothd")
+        # And it works: a passkey pairing through the new bluetoothd.
+        self.mock.control.SetPairingMethod(self.hrm, "passkey", self.dbus.UInt32(4242))
+        reply, prompts = self.pair_with_prompts(lambda p, c: c.respond_pairing(p["request"], True, passkey=4242))
+        self.assertNotIsInstance(reply, VigilError, f"{reply}\n{self.diagnostics()}")
+        self.assertTrue(reply["bonded"])
+
+    def test_just_works_pair_trust_and_forget_from_the_control_role(self):
+        self.wait_until(lambda: self.agents(), "the agent registered")
+        self.assertEqual((self.device()["paired"], self.device()["bonded"], self.device()["trusted"]), (False, False, False))
+        reply = self.control.request("ble.pair", peripheral=HRM.lower())
+        self.assertEqual((reply["peripheral"], reply["paired"], reply["bonded"], reply["trusted"]), (HRM, True, True, False))
+        self.assertTrue(self.device()["bonded"])
+        # Pairing again is not an error: it says so.
+        self.assertTrue(self.control.request("ble.pair", peripheral=HRM)["paired"])
+        self.assertTrue(self.control.request("ble.setTrusted", peripheral=HRM, trusted=True)["trusted"])
+        self.assertTrue(bool(self.mock_device("Trusted")))
+        self.wait_until(lambda: self.device()["trusted"], "trusted in ble.peripherals")
+        self.control.request("ble.forget", peripheral=HRM)
+        self.wait_until(lambda: self.device() is None, "the device forgotten")
+        self.assertEqual([c[4] for c in self.mock.control.Calls() if str(c[4]) == "RemoveDevice"], ["RemoveDevice"])
+        with self.assertRaises(VigilError) as unknown:
+            self.control.request("ble.pair", peripheral=HRM)
+        self.assertEqual(unknown.exception.code, "notFound")
+
+    def test_passkey_prompt_goes_to_the_pairing_client_and_a_wrong_passkey_fails(self):
+        self.wait_until(lambda: self.agents(), "the agent registered")
+        self.mock.control.SetPairingMethod(self.hrm, "passkey", self.dbus.UInt32(654321))
+        reply, prompts = self.pair_with_prompts(lambda p, c: c.respond_pairing(p["request"], True, passkey=111111))
+        self.assertIsInstance(reply, VigilError)
+        self.assertEqual(reply.code, "deviceError")
+        self.assertIn("AuthenticationFailed", reply.message)
+        self.assertEqual([(p["kind"], p["peripheral"]) for p in prompts], [("passkey", HRM)])
+        self.assertEqual(prompts[0]["timeout"], 1.5)
+        self.assertFalse(self.device()["paired"])
+
+        reply, prompts = self.pair_with_prompts(lambda p, c: c.respond_pairing(p["request"], True, passkey=654321))
+        self.assertNotIsInstance(reply, VigilError, f"{reply}\n{self.diagnostics()}")
+        self.assertEqual((reply["paired"], reply["bonded"]), (True, True))
+        self.assertEqual([str(r[2]) for r in self.mock.control.AgentResults()], ["wrong passkey", "ok"])
+
+    def test_confirmation_rejected_and_display_shown(self):
+        self.wait_until(lambda: self.agents(), "the agent registered")
+        self.mock.control.SetPairingMethod(self.hrm, "confirm", self.dbus.UInt32(7))
+        reply, prompts = self.pair_with_prompts(lambda p, c: c.respond_pairing(p["request"], False))
+        self.assertIsInstance(reply, VigilError)
+        self.assertIn("AuthenticationRejected", reply.message)
+        self.assertIn("rejected the confirm prompt", reply.message)
+        self.assertEqual((prompts[0]["kind"], prompts[0]["passkey"]), ("confirm", 7))
+
+        self.mock.control.SetPairingMethod(self.hrm, "display", self.dbus.UInt32(123))
+
+        async def nothing(prompt, central):
+            return None
+        reply, prompts = self.pair_with_prompts(nothing)
+        self.assertNotIsInstance(reply, VigilError, f"{reply}\n{self.diagnostics()}")
+        self.assertEqual((prompts[0]["kind"], prompts[0]["passkey"]), ("displayPasskey", 123))
+
+    def test_a_prompt_nobody_answers_is_rejected_in_time(self):
+        self.wait_until(lambda: self.agents(), "the agent registered")
+        self.mock.control.SetPairingMethod(self.hrm, "passkey", self.dbus.UInt32(1))
+
+        async def ignore(prompt, central):
+            return None
+        started = time.monotonic()
+        reply, prompts = self.pair_with_prompts(ignore)
+        elapsed = time.monotonic() - started
+        self.assertIsInstance(reply, VigilError)
+        self.assertIn("AuthenticationCanceled", reply.message)
+        self.assertIn("nobody answered the passkey prompt", reply.message)
+        self.assertLess(elapsed, 10, "rejected at vigild's deadline, not BlueZ's")
+        self.assertEqual([str(r[2]) for r in self.mock.control.AgentResults()], ["org.bluez.Error.Canceled"])
+        # Nothing stuck: a second pairing, answered, works.
+        self.mock.control.SetPairingMethod(self.hrm, "confirm", self.dbus.UInt32(5))
+        reply, _ = self.pair_with_prompts(lambda p, c: c.respond_pairing(p["request"], True))
+        self.assertNotIsInstance(reply, VigilError, f"{reply}\n{self.diagnostics()}")
+
+    def test_an_answer_to_a_prompt_that_is_not_waiting_is_refused(self):
+        with self.assertRaises(VigilError) as refused:
+            self.control.request("ble.pairingResponse", request=999, accept=True)
+        self.assertEqual(refused.exception.code, "notFound")
+
+    def test_a_resolved_private_address_keeps_the_connect_request(self):
+        self.control.request("ble.connect", peripheral=HRM)
+        self.push(self.control, "ble.connected")
+        self.mock.control.ChangeAddress(self.hrm, IDENTITY, "random")
+        changed = self.push(self.control, "ble.addressChanged")
+        self.assertEqual((changed["attributes"]["peripheral"], changed["attributes"]["previous"]), (IDENTITY, HRM))
+        self.assertIsNone(self.device(HRM))
+        self.assertEqual(self.device(IDENTITY)["addressType"], "random")
+        # The link drops; vigild reconnects it under the identity address.
+        self.mock.control.DisconnectDevice(self.hrm, "timeout")
+        self.push(self.control, "ble.disconnected", where=lambda m: m["attributes"]["peripheral"] == IDENTITY)
+        self.push(self.control, "ble.connected", where=lambda m: m["attributes"]["peripheral"] == IDENTITY)
+
+
+@unittest.skipIf(missing(), missing() or "")
+class AppPairingTests(PairingRig):
+    passkey_answer = 2468
+
+    def test_a_prompt_wakes_the_suspended_app_that_uses_the_device(self):
+        self.wait_until(lambda: self.agents(), "the agent registered")
+        self.control.app_action("launch", APP)
+        self.wait_until(lambda: any(r.get("kind") == "bleReady" for r in self.records()), "the app's connect request")
+        self.control.app_action("background", APP)
+        self.wait_until(lambda: next(a for a in self.control.apps() if a["id"] == APP)["state"] == "suspended",
+                        "the app suspended")
+        wakes_before = len([d for d in self.control.log(app=APP) if d["action"] == "wake"])
+        # bluetoothd pairs by itself (the app read a protected characteristic): the prompt goes to the app.
+        result = self.mock.control.RequestFromDevice(self.hrm, "passkey", timeout=30)
+        self.assertEqual(str(result), "", self.diagnostics())
+        records = self.records()
+        self.assertTrue(any(r.get("eventKind") == "ble.pairingRequest" and r["attributes"]["kind"] == "passkey"
+                            for r in records), self.diagnostics())
+        self.assertTrue(any(r.get("kind") == "pairingAnswered" for r in records))
+        wakes = [d for d in self.control.log(app=APP) if d["action"] == "wake"][wakes_before:]
+        self.assertTrue(any("ble.pairingRequest" in d["reason"] for d in wakes), wakes)
+
+
+if __name__ == "__main__":
+    unittest.main()
