@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""Bumble peripheral that requires pairing, for the Vigil lab (issue 27).
+
+GATT: Heart Rate Service 0x180D with 0x2A38 Body Sensor Location (read),
+readable only over an encrypted link (--security encrypted: Just Works
+suffices) or an authenticated one (--security authenticated: MITM, i.e.
+passkey entry or numeric comparison). SMP: LE Secure Connections (or legacy
+with --legacy), bonding, the I/O capability --io (none: Just Works;
+display: it shows a passkey the central types; keyboard: it types the
+passkey the central shows, --passkey; yesno: numeric comparison, accepted).
+Keys live in memory for the peer's life, so a reconnect is encrypted with
+the stored LTK, without pairing again.
+
+Events: connected, disconnected, passkey (the number it displays), compare,
+paired (keys, authenticated), pairing-failed, encrypted, read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _peerlib  # noqa: E402
+
+from bumble import data_types, hci  # noqa: E402
+from bumble.core import UUID, AdvertisingData  # noqa: E402
+from bumble.device import Device  # noqa: E402
+from bumble.gatt import Characteristic, CharacteristicValue, Service  # noqa: E402
+from bumble.keys import MemoryKeyStore  # noqa: E402
+from bumble.pairing import PairingConfig, PairingDelegate  # noqa: E402
+
+IO = {
+    "none": PairingDelegate.IoCapability.NO_OUTPUT_NO_INPUT,
+    "display": PairingDelegate.IoCapability.DISPLAY_OUTPUT_ONLY,
+    "keyboard": PairingDelegate.IoCapability.KEYBOARD_INPUT_ONLY,
+    "yesno": PairingDelegate.IoCapability.DISPLAY_OUTPUT_AND_YES_NO_INPUT,
+}
+
+
+class Delegate(PairingDelegate):
+    def __init__(self, io: str, passkey: int, events: _peerlib.Events) -> None:
+        super().__init__(io_capability=IO[io])
+        self.passkey = passkey
+        self.events = events
+
+    async def display_number(self, number: int, digits: int) -> None:
+        self.events.emit("passkey", passkey=number)
+
+    async def compare_numbers(self, number: int, digits: int) -> bool:
+        self.events.emit("compare", passkey=number)
+        return True
+
+    async def get_number(self) -> int | None:
+        self.events.emit("passkey-asked")
+        return self.passkey
+
+
+async def run(a: argparse.Namespace, events: _peerlib.Events) -> None:
+    transport = await _peerlib.open_transport_retry(a.transport)
+    async with transport:
+        device = Device.with_hci(a.name, hci.Address(a.address), transport.source, transport.sink)
+        device.keystore = MemoryKeyStore()
+        permission = (Characteristic.READ_REQUIRES_AUTHENTICATION if a.security == "authenticated"
+                      else Characteristic.READ_REQUIRES_ENCRYPTION)
+
+        def on_read(connection) -> bytes:
+            events.emit("read", uuid="2a38", encrypted=bool(connection.is_encrypted))
+            return bytes([a.location])
+        location = Characteristic(UUID.from_16_bits(0x2A38), Characteristic.Properties.READ, permission,
+                                  CharacteristicValue(read=on_read))
+        device.add_service(Service(UUID.from_16_bits(0x180D), [location]))
+        device.pairing_config_factory = lambda connection: PairingConfig(
+            sc=not a.legacy, mitm=a.io != "none", bonding=True, delegate=Delegate(a.io, a.passkey, events))
+
+        def on_connection(connection) -> None:
+            events.emit("connected", peer=str(connection.peer_address))
+            connection.on("pairing", lambda keys: events.emit(
+                "paired", authenticated=bool(getattr(keys.ltk, "authenticated", False) if keys.ltk else False)))
+            connection.on("pairing_failure", lambda reason: events.emit("pairing-failed", reason=int(reason)))
+            connection.on("connection_encryption_change", lambda: events.emit(
+                "encrypted", on=bool(connection.is_encrypted)))
+
+            def on_disconnection(reason) -> None:
+                events.emit("disconnected", reason=int(reason))
+                asyncio.ensure_future(advertise())
+            connection.on("disconnection", on_disconnection)
+        device.on("connection", on_connection)
+
+        async def advertise() -> None:
+            if device.is_advertising:
+                return
+            await device.start_advertising(auto_restart=False, advertising_data=bytes(AdvertisingData([
+                data_types.Flags(AdvertisingData.Flags.LE_GENERAL_DISCOVERABLE_MODE
+                                 | AdvertisingData.Flags.BR_EDR_NOT_SUPPORTED),
+                data_types.CompleteListOf16BitServiceUUIDs([UUID.from_16_bits(0x180D)]),
+                data_types.CompleteLocalName(a.name)])))
+            events.emit("advertising", address=a.address)
+
+        await device.power_on()
+        await advertise()
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        _peerlib.mark_ready(a.ready_file)
+        refresh = asyncio.ensure_future(_peerlib.refresh_advertising_loop(device, a.adv_refresh, lambda: True))
+        await stop.wait()
+        refresh.cancel()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--transport", default="hci-socket:1")
+    p.add_argument("--name", default="Vigil Bonded")
+    p.add_argument("--address", default="C0:DE:00:00:00:27")
+    p.add_argument("--io", choices=sorted(IO), default="none")
+    p.add_argument("--passkey", type=int, default=0, help="what --io keyboard types")
+    p.add_argument("--security", choices=["encrypted", "authenticated"], default="encrypted")
+    p.add_argument("--legacy", action="store_true", help="legacy pairing instead of LE Secure Connections")
+    p.add_argument("--location", type=int, default=1)
+    p.add_argument("--adv-refresh", type=float, default=1.0)
+    _peerlib.add_common_args(p)
+    args = p.parse_args()
+    events = _peerlib.Events(args.events)
+    try:
+        asyncio.run(run(args, events))
+    except OSError as exc:
+        _peerlib.die(str(exc))
+
+
+if __name__ == "__main__":
+    main()
