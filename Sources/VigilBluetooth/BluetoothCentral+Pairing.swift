@@ -386,7 +386,14 @@ extension BluetoothCentral {
             clients[client] = state
             if involved { told.append(client) }
         }
-        if let link = links.removeValue(forKey: old), links[new] == nil { links[new] = link }
+        if var link = links.removeValue(forKey: old) {
+            // A Connect in flight, its checks and retries name the old address:
+            // they end here (a late reply finds no link), and reconcileLink
+            // goes on under the new one.
+            link.cancelAttempt(loop: loop)
+            link.attempt = 0
+            if links[new] == nil { links[new] = link }
+        }
         if let waiters = resolvedWaiters.removeValue(forKey: old) { resolvedWaiters[new, default: []] += waiters }
         if let paired = agent.pairedBy.removeValue(forKey: old) {
             agent.pairedBy[new, default: []].formUnion(paired)

@@ -17,12 +17,18 @@ struct BluetoothEventTests {
         let contents: [BluetoothEventContent] = [
             .state(.poweredOn), .discovered(Self.strap), .connected(peripheral: "C0:FF:EE:00:00:01"),
             .disconnected(peripheral: "C0:FF:EE:00:00:01", reason: "link loss", willReconnect: true), .notification(path),
+            .pairingRequest(PairingPrompt(request: 3, peripheral: "C0:FF:EE:00:00:01", kind: .confirm, passkey: 42, timeout: 20)),
+            .pairingRequest(PairingPrompt(request: 4, peripheral: "C0:FF:EE:00:00:01", kind: .displayPasskey, passkey: 7, entered: 2)),
+            .pairingCancelled(request: 3, peripheral: "C0:FF:EE:00:00:01", reason: "nobody answered"),
+            .addressChanged(peripheral: "C0:DE:00:00:00:99", previous: "5A:11:22:33:44:55"),
         ]
         for content in contents {
             #expect(try BluetoothEventContent(kind: content.kind, attributes: content.attributes) == content)
         }
         #expect(BluetoothEventContent.notification(path).peripheral == "C0:FF:EE:00:00:01")
         #expect(BluetoothEventContent.state(.poweredOff).peripheral == nil)
+        #expect(PairingPrompt(request: 1, peripheral: "C0:FF:EE:00:00:01", kind: .confirm, passkey: 4207).passkeyText == "004207")
+        #expect(!PairingPromptKind.displayPasskey.needsAnswer && PairingPromptKind.passkey.needsAnswer)
     }
 
     @Test("attributes as they come off the wire decode too")

@@ -205,6 +205,7 @@ class AppPairingTests(PairingRig):
                         "the app suspended")
         wakes_before = len([d for d in self.control.log(app=APP) if d["action"] == "wake"])
         # bluetoothd pairs by itself (the app read a protected characteristic): the prompt goes to the app.
+        self.mock.control.SetPairingMethod(self.hrm, "passkey", self.dbus.UInt32(self.passkey_answer))
         result = self.mock.control.RequestFromDevice(self.hrm, "passkey", timeout=30)
         self.assertEqual(str(result), "", self.diagnostics())
         records = self.records()

@@ -58,6 +58,15 @@ struct BridgePlanner: Sendable, Equatable {
         case let .disconnected(address, reason, willReconnect):
             return disconnectedFrom(address, reason: reason, willReconnect: willReconnect)
         case let .valueUpdated(path, value): return valueUpdated(path, value)
+        case let .addressChanged(identity, previous):
+            // A bond resolved the monitor's private address: vigild moved the
+            // connect request and subscription; follow it.
+            if target.map({ $0.uppercased() == previous.uppercased() }) == true { target = identity }
+            return []
+        case .pairingRequest, .pairingCancelled:
+            // A monitor that needs a bond pairs with Just Works, which vigild
+            // accepts for a device the bridge connects to; passkeys are not asked here.
+            return []
         }
     }
 
