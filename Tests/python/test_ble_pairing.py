@@ -15,17 +15,20 @@ checks pairing against real BlueZ and a Bumble peer.
 """
 
 import asyncio
+import json
 import os
+import subprocess
 import sys
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ble_harness import EXAMPLE_APP, PYTHON, MockBlueZDaemonTest, missing  # noqa: E402
+from ble_harness import EXAMPLE_APP, PYTHON, VIGILD, MockBlueZDaemonTest, missing  # noqa: E402
 from vigil_client import VigilError  # noqa: E402
 import vigil  # noqa: E402
 
 HRM = "AA:BB:CC:DD:EE:01"
+VIGILCTL = os.path.join(os.path.dirname(os.environ.get("VIGILD") or VIGILD), "vigilctl")
 IDENTITY = "C0:DE:00:00:00:99"
 APP = "org.vigil.test.blepair"
 
@@ -172,6 +175,31 @@ class PairingTests(PairingRig):
         self.mock.control.SetPairingMethod(self.hrm, "confirm", self.dbus.UInt32(5))
         reply, _ = self.pair_with_prompts(lambda p, c: c.respond_pairing(p["request"], True))
         self.assertNotIsInstance(reply, VigilError, f"{reply}\n{self.diagnostics()}")
+
+    def vigilctl(self, *args, stdin=""):
+        return subprocess.run([VIGILCTL, "--socket", self.socket, "ble", *args], input=stdin, capture_output=True,
+                              text=True, timeout=60)
+
+    def test_vigilctl_pair_asks_on_the_terminal_or_takes_the_passkey_then_unpair(self):
+        self.wait_until(lambda: self.agents(), "the agent registered")
+        self.mock.control.SetPairingMethod(self.hrm, "passkey", self.dbus.UInt32(31337))
+        typed = self.vigilctl("pair", HRM, stdin="031337\n")
+        self.assertEqual(typed.returncode, 0, typed.stderr + self.diagnostics())
+        self.assertIn(f"Passkey shown on {HRM}", typed.stderr)
+        self.assertIn(f"paired with {HRM} (bonded: yes", typed.stdout)
+        self.assertIn("bonded", self.vigilctl("devices").stdout)
+        forgot = self.vigilctl("unpair", HRM)
+        self.assertEqual(forgot.returncode, 0, forgot.stderr)
+        self.wait_until(lambda: self.device() is None, "forgotten")
+
+        self.hrm = self.mock.control.AddHeartRateMonitor("hci0", HRM, "Vigil HRM")
+        self.mock.control.SetPairingMethod(self.hrm, "passkey", self.dbus.UInt32(42))
+        wrong = self.vigilctl("pair", HRM, "--passkey", "43")
+        self.assertNotEqual(wrong.returncode, 0)
+        self.assertIn("AuthenticationFailed", wrong.stderr)
+        right = self.vigilctl("pair", HRM, "--passkey", "42", "--trust", "--json")
+        self.assertEqual(right.returncode, 0, right.stderr)
+        self.assertEqual(json.loads(right.stdout), {"peripheral": HRM, "paired": True, "bonded": True, "trusted": True})
 
     def test_an_answer_to_a_prompt_that_is_not_waiting_is_refused(self):
         with self.assertRaises(VigilError) as refused:
