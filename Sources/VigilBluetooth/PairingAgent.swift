@@ -43,9 +43,13 @@ public enum PairingAgent {
 
     /// Registers the exported agent with bluetoothd, as the default agent.
     public static func register(on bus: DBusConnection) async throws {
-        _ = try await bus.call(
-            destination: BlueZ.service, path: managerPath, interface: manager, member: "RegisterAgent",
-            arguments: [.objectPath(path), .string(capability)], timeout: .seconds(10))
+        do {
+            _ = try await bus.call(
+                destination: BlueZ.service, path: managerPath, interface: manager, member: "RegisterAgent",
+                arguments: [.objectPath(path), .string(capability)], timeout: .seconds(10))
+        } catch let error as DBusError where error.name == "org.bluez.Error.AlreadyExists" {
+            // Registered already on this connection (the mirror was loaded again): still ours.
+        }
         _ = try await bus.call(
             destination: BlueZ.service, path: managerPath, interface: manager, member: "RequestDefaultAgent",
             arguments: [.objectPath(path)], timeout: .seconds(10))
