@@ -58,7 +58,10 @@ def available(device, limit, timeout):
 
     if device.pty is None or not select.select([device.pty], [], [], timeout)[0]:
         return b""
-    return os.read(device.pty, limit)
+    try:
+        return os.read(device.pty, limit)
+    except OSError:  # EIO: nobody has the node open (the host never opened it, or closed it)
+        return b""
 
 
 def main():
@@ -82,7 +85,10 @@ def main():
     else:
         sensor = devices.VirtualSerialAccessory(testbed)
         sensor.plug()
-    child = os.posix_spawn(command[0], command, dict(os.environ, UMOCKDEV_DIR=testbed.get_root_dir()))
+    # COMMAND's stdout is our stderr: our stdout (the replies) ends with us, so a
+    # driver reading replies sees EOF if this script dies.
+    child = os.posix_spawn(command[0], command, dict(os.environ, UMOCKDEV_DIR=testbed.get_root_dir()),
+                           file_actions=[(os.POSIX_SPAWN_DUP2, 2, 1)])
     print("ready", flush=True)
     for line in sys.stdin:
         verb, _, argument = line.strip().partition(" ")

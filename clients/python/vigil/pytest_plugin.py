@@ -193,7 +193,10 @@ def _start_daemon(request: pytest.FixtureRequest, node: pytest.Item | pytest.Col
     env = None
     if "bluez_mock" in wants:
         env = cast(BluetoothMock, request.getfixturevalue("bluez_mock")).env
-    root = Path(tempfile.mkdtemp(prefix="vigil-pytest-"))  # short: the socket's path has a length limit
+    root = Path(tempfile.mkdtemp(prefix="vigil-pytest-"))
+    if len(str(root / "vigild.sock")) > 107:  # a socket's path has a length limit: a deep $TMPDIR is too deep
+        os.rmdir(root)
+        root = Path(tempfile.mkdtemp(prefix="vigil-pytest-", dir="/tmp"))
     destination = _config_path(request.config, "--vigil-artifacts", "vigil_artifacts")
     kept_at = root if destination is None else destination / _safe_name(node.nodeid or "session")
     if isinstance(node, pytest.Item):
