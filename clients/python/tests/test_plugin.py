@@ -180,3 +180,12 @@ def test_async_tests_and_the_docs_async_example_in_each_pytest_asyncio_mode(
     assert ("asyncio: mode=" in header) == (mode != "absent")
     if mode != "absent":
         assert f"mode={mode}" in header.lower() or f"mode=Mode.{mode.upper()}" in header
+
+
+def test_the_rig_files_come_from_the_installed_package() -> None:
+    import vigil.testing
+    shipped = Path(vigil.testing.__file__).resolve().parent / "_rig"
+    if not shipped.is_dir():
+        pytest.skip("vigil runs from its source, not from the wheel (scripts/test-python installs the wheel)")
+    for name in ("accessory_testbed.py", "virtual_usb_serial.py", "bluez_mock.py", "vigil_bluez.py"):
+        assert vigil.testing.rig_file(name) == shipped / name
