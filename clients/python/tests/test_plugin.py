@@ -189,3 +189,35 @@ def test_the_rig_files_come_from_the_installed_package() -> None:
         pytest.skip("vigil runs from its source, not from the wheel (scripts/test-python installs the wheel)")
     for name in ("accessory_testbed.py", "virtual_usb_serial.py", "bluez_mock.py", "vigil_bluez.py"):
         assert vigil.testing.rig_file(name) == shipped / name
+
+
+def test_a_module_scoped_daemon_is_shared_by_the_module_and_a_session_one_by_all(
+        pytester: pytest.Pytester, request: pytest.FixtureRequest) -> None:
+    suite = """
+        import pathlib
+
+        def test_first(vigild_module, vigild_session):
+            vigild_module.install_app("org.example.sleeper", ["/bin/sleep", "60"])
+            vigild_module.launch("org.example.sleeper")
+            with open("pids.txt", "a") as pids:
+                pids.write(f"{__name__} {vigild_module.process.pid} {vigild_session.process.pid}\\n")
+
+        def test_second(vigild_module, vigild_session):
+            assert vigild_module.app("org.example.sleeper")["pid"]  # the first test's app, still there
+            with open("pids.txt", "a") as pids:
+                pids.write(f"{__name__} {vigild_module.process.pid} {vigild_session.process.pid}\\n")
+
+        def test_a_test_daemon_is_another(vigild, vigild_module):
+            assert vigild.socket != vigild_module.socket and vigild.control(lambda c: c.apps()) == []
+    """
+    pytester.makepyfile(test_one=suite, test_two=suite)
+    result = run(pytester, request)
+    result.assert_outcomes(passed=6)
+    lines = [line.split() for line in (pytester.path / "pids.txt").read_text().splitlines()]
+    modules = {name: {(module, session) for other, module, session in lines if other == name} for name, *_ in lines}
+    assert set(modules) == {"test_one", "test_two"}
+    assert all(len(pids) == 1 for pids in modules.values())  # one module daemon for both tests of a module
+    (one_module, one_session), = modules["test_one"]
+    (two_module, two_session), = modules["test_two"]
+    assert one_module != two_module and one_session == two_session
+    assert left_behind(pytester) == []
