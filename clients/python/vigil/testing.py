@@ -17,7 +17,6 @@ the BlueZ mock (dbusmock on a private bus). Both need Debian packages:
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import functools
 import json
 import os
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ._frames import Message, VigilError
+from .records import AppInfo, Decision, DeviceChange, clock
 from .sync import ControlClient
 
 STARTUP_TIMEOUT = 20.0
@@ -150,46 +150,9 @@ def _toml(value: Any) -> str:
     raise TypeError(f"cannot write {value!r} as TOML")
 
 
-def _clock(epoch: float | None = None) -> str:
-    """A UTC time of day with milliseconds, as the decision log and device logs show it."""
-    moment = datetime.datetime.fromtimestamp(time.time() if epoch is None else epoch, datetime.timezone.utc)
-    return moment.strftime("%H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
-
-
-@dataclasses.dataclass(frozen=True)
-class Decision:
-    """One line of vigild's decision log (docs/protocol.md, `log`)."""
-    time: float  # seconds since the Unix epoch
-    app: str
-    action: str
-    reason: str
-    state: str
-
-    @classmethod
-    def from_json(cls, member: dict[str, Any]) -> Decision:
-        return cls(float(member.get("time") or 0), str(member.get("app", "")), str(member.get("action", "")),
-                   str(member.get("reason", "")), str(member.get("state", "")))
-
-    def __str__(self) -> str:
-        return f"{_clock(self.time)} {self.app}: {self.action} ({self.reason}) -> {self.state}"
-
-
-@dataclasses.dataclass(frozen=True)
-class DeviceChange:
-    """A device that came or went, as the decision log records it."""
-    time: float
-    kind: str  # accessory, bluetooth
-    device: str
-    change: str  # connected, disconnected
-    detail: str
-
-    @classmethod
-    def from_json(cls, member: dict[str, Any]) -> DeviceChange:
-        return cls(float(member.get("time") or 0), str(member.get("kind", "")), str(member.get("device", "")),
-                   str(member.get("change", "")), str(member.get("detail", "")))
-
-    def __str__(self) -> str:
-        return f"{_clock(self.time)} {self.kind} {self.device}: {self.change} {self.detail}".rstrip()
+def _clock() -> str:
+    """Now as the decision log shows times (UTC, milliseconds)."""
+    return clock(time.time())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -544,7 +507,12 @@ class VigilDaemon:
             return action(control)
 
     def app(self, app_id: str) -> JSON:
+        """The app object's members (see `app_info` for a typed one)."""
         return dict(next(a for a in self.control(lambda c: c.apps()) if a["id"] == app_id))
+
+    def app_info(self, app_id: str) -> AppInfo:
+        info: AppInfo = self.control(lambda c: c.app_info(app_id))
+        return info
 
     def launch(self, app_id: str) -> JSON:
         return dict(self.control(lambda c: c.app_action("launch", app_id)))
@@ -586,11 +554,11 @@ class VigilDaemon:
 
     def decisions(self, app: str | None = None, limit: int | None = 200) -> list[Decision]:
         """The decision log, oldest first (of `app` if given)."""
-        return [Decision.from_json(d) for d in self.control(lambda c: c.log(app=app, limit=limit))]
+        return list(self.control(lambda c: c.decisions(app=app, limit=limit)))
 
     def device_changes(self) -> list[DeviceChange]:
         """Devices that came and went, oldest first."""
-        return [DeviceChange.from_json(d) for d in self.control(lambda c: c.devices())]
+        return list(self.control(lambda c: c.device_changes()))
 
     def decision_report(self, limit: int | None = 200) -> str:
         """The timestamped decision log (UTC) and device changes, one per line, as a failure report shows them."""
