@@ -221,3 +221,74 @@ def test_a_module_scoped_daemon_is_shared_by_the_module_and_a_session_one_by_all
     (two_module, two_session), = modules["test_two"]
     assert one_module != two_module and one_session == two_session
     assert left_behind(pytester) == []
+
+
+RIG = """
+[daemons.gateway]
+scope = "session"
+timings = { suspend-grace = 0.5 }
+
+[[daemons.gateway.accessories]]
+name = "gauge"
+vendor-id = "abcd"
+product-id = "0042"
+serial = "G-1"
+protocols = ["com.acme.gauge"]
+
+[[daemons.gateway.apps]]
+id = "org.example.sleeper"
+exec = ["/bin/sleep", "60"]
+launch = true
+
+[[daemons.gateway.apps]]
+id = "org.example.idle"
+exec = ["{python}", "{rig}/idle.py"]
+
+[daemons.bench]
+scope = "function"
+bluez-mock = true
+"""
+
+
+def test_a_rig_file_names_daemons_with_their_scope_apps_and_devices(pytester: pytest.Pytester,
+                                                                     request: pytest.FixtureRequest) -> None:
+    (pytester.path / "rig").mkdir()
+    (pytester.path / "rig" / "vigil-rig.toml").write_text(RIG)
+    pytester.makeini("[pytest]\nvigil_rig = rig/vigil-rig.toml\n")
+    pytester.makepyfile(test_rig="""
+        import sys
+        PIDS = []
+
+        def test_the_gateway(gateway):
+            sleeper = gateway.app_info("org.example.sleeper")
+            assert sleeper.pid and sleeper.state != "notRunning"  # launched by the rig
+            assert gateway.app_info("org.example.idle").raw["manifestPath"]
+            listed = gateway.control(lambda c: c.accessories()["accessories"])
+            assert [(a["serialNumber"], a["vendorID"], a["protocolStrings"]) for a in listed] == [
+                ("G-1", "abcd", ["com.acme.gauge"])]
+            gauge = gateway.accessories["gauge"]
+            gauge.write(b"x")
+            PIDS.append(gateway.process.pid)
+
+        def test_the_gateway_is_the_same_daemon(gateway):
+            PIDS.append(gateway.process.pid)
+            assert PIDS[0] == PIDS[1]
+
+        def test_the_bench_has_its_own_bluez_mock(bench, gateway):
+            assert bench.bluetooth_mock is not None and bench.socket != gateway.socket
+            bench.bluetooth_mock.add_heart_rate_monitor("C0:DE:00:00:00:02")
+            assert "bluetooth: disabled" not in bench.log_tail()
+    """)
+    result = run(pytester, request)
+    result.assert_outcomes(passed=3)
+    assert left_behind(pytester) == []
+
+
+def test_a_bad_rig_file_is_a_usage_error_naming_the_key(pytester: pytest.Pytester,
+                                                       request: pytest.FixtureRequest) -> None:
+    rig = pytester.path / "rig.toml"
+    rig.write_text('[daemons.gateway]\nscope = "forever"\n')
+    pytester.makepyfile("def test_nothing(): pass")
+    result = run(pytester, request, f"--vigil-rig={rig}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*vigil rig file: {rig}: daemons.gateway.scope: one of function, module, session*"])

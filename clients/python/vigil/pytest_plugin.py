@@ -39,6 +39,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import types
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -47,6 +48,7 @@ import pytest
 from _pytest._code.code import ExceptionRepr
 
 from . import _lab
+from .rig import Rig, RigDaemon, RigError, load_rig
 from .sync import ControlClient
 from .testing import (
     BluetoothMock, ControlSession, SerialAccessory, VigilDaemon, VirtualAccessory, find_repo, find_vigild,
@@ -73,6 +75,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="virtual: umockdev accessory and BlueZ mock on this machine; lab: the same tests in "
                          "the Vigil lab guest, with a USB gadget, bluetoothd and a Bumble peer (docs/lab.md)")
     group.addoption("--vigil-lab-results", default=None, help="with --vigil-hardware=lab: the lab's results folder")
+    group.addoption("--vigil-rig", default=None,
+                    help="a rig file (TOML): daemons as fixtures of their own scope, with apps and virtual devices")
+    parser.addini("vigil_rig", "a rig file (TOML; relative to the ini file's folder)")
     parser.addini("vigild", "the vigild binary for the vigild fixtures (relative to the ini file's folder)")
     parser.addini("vigil_artifacts", "a folder for failing tests' artifact folders (relative to the ini file's folder)")
 
@@ -102,6 +107,28 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "vigil(timings=None, settings=None, accessories=None): the private "
                                        "vigild's configuration and virtual accessories")
+    path = _config_path(config, "--vigil-rig", "vigil_rig")
+    if path is not None:
+        try:
+            rig = load_rig(path)
+        except RigError as error:
+            raise pytest.UsageError(f"vigil rig file: {error}") from error
+        config.pluginmanager.register(_rig_fixtures(rig), "vigil-rig")
+
+
+def _rig_fixtures(rig: Rig) -> types.ModuleType:
+    """A plugin holding one fixture per daemon of the rig file, named and scoped as it says."""
+    module = types.ModuleType("vigil_rig_fixtures")
+
+    def fixture_for(daemon: RigDaemon) -> Any:
+        def start(request: pytest.FixtureRequest) -> Iterator[VigilDaemon]:
+            yield from _start_daemon(request, request.node, daemon)
+        start.__doc__ = f"The rig file's daemon {daemon.name} ({rig.path}), {daemon.scope}-scoped."
+        return pytest.fixture(scope=daemon.scope, name=daemon.name)(start)  # type: ignore[call-overload]
+
+    for daemon in rig.daemons:
+        setattr(module, f"vigil_rig_{daemon.name}", fixture_for(daemon))
+    return module
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -173,13 +200,18 @@ def _safe_name(nodeid: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid).strip("_")[-120:] or "test"
 
 
-def _start_daemon(request: pytest.FixtureRequest, node: pytest.Item | pytest.Collector) -> Iterator[VigilDaemon]:
+def _start_daemon(request: pytest.FixtureRequest, node: pytest.Item | pytest.Collector,
+                  spec: RigDaemon | None = None) -> Iterator[VigilDaemon]:
     """A daemon for `node` (a test, a module or the session), stopped after it;
-    its folder kept when a test using it failed, removed otherwise."""
-    binary = _vigild_binary(request.config)
-    marker = node.get_closest_marker("vigil") if isinstance(node, pytest.Item) else None
+    its folder kept when a test using it failed, removed otherwise. `spec`: a rig file's daemon."""
+    binary = spec.vigild if spec is not None and spec.vigild else _vigild_binary(request.config)
+    if spec is not None and not os.access(binary, os.X_OK):
+        pytest.skip(f"the rig file's vigild for {spec.name} is not there: {binary}")
+    marker = node.get_closest_marker("vigil") if isinstance(node, pytest.Item) and spec is None else None
     options: dict[str, Any] = dict(marker.kwargs) if marker else {}
-    wants = set(request.fixturenames) if isinstance(node, pytest.Item) else set()
+    if spec is not None:
+        options = {"timings": spec.timings, "settings": spec.settings, "accessories": list(spec.accessories)}
+    wants = set(request.fixturenames) if isinstance(node, pytest.Item) and spec is None else set()
     described = [a for a in options.get("accessories") or [] if isinstance(a, SerialAccessory)]
     if len(described) != len(options.get("accessories") or []):
         raise pytest.UsageError("@pytest.mark.vigil(accessories=[...]) takes vigil.testing.SerialAccessory objects")
@@ -189,10 +221,17 @@ def _start_daemon(request: pytest.FixtureRequest, node: pytest.Item | pytest.Col
         missing = missing_for_accessories()
         if missing:
             pytest.skip(missing)
-    bluetooth = "bluez_mock" in wants or _in_lab(request.config) or "bluetooth" in (options.get("settings") or {})
+    own_mock = spec is not None and spec.bluez_mock and not _in_lab(request.config)
+    bluetooth = "bluez_mock" in wants or own_mock or _in_lab(request.config) or \
+        "bluetooth" in (options.get("settings") or {})
     env = None
+    mock: BluetoothMock | None = None
     if "bluez_mock" in wants:
         env = cast(BluetoothMock, request.getfixturevalue("bluez_mock")).env
+    elif own_mock:
+        missing = missing_for_bluetooth()
+        if missing:
+            pytest.skip(missing)
     root = Path(tempfile.mkdtemp(prefix="vigil-pytest-"))
     if len(str(root / "vigild.sock")) > 107:  # a socket's path has a length limit: a deep $TMPDIR is too deep
         os.rmdir(root)
@@ -204,10 +243,23 @@ def _start_daemon(request: pytest.FixtureRequest, node: pytest.Item | pytest.Col
     daemon: VigilDaemon | None = None
     failed = True
     try:
+        if own_mock:
+            mock = BluetoothMock().start()
+            env = mock.env
         daemon = VigilDaemon(root, vigild=binary, timings=options.get("timings"), settings=options.get("settings"),
                              env=env, accessory=described or accessory, bluetooth=bluetooth, report_in_errors=False)
         daemon.artifacts = kept_at
+        daemon.bluetooth_mock = mock
         daemon.start()
+        for app in spec.apps if spec is not None else ():
+            daemon.install_app(app.id, app.command, background_modes=app.background_modes,
+                               accessory_protocols=app.accessory_protocols, exits_on_suspend=app.exits_on_suspend,
+                               extra=app.extra)
+        for app in spec.apps if spec is not None else ():
+            if app.launch:
+                daemon.launch(app.id)
+        if daemon.accessories and spec is not None:
+            _wait_for_accessories(daemon)
         failed = False
         yield daemon
         failed = node.stash.get(_FAILED, False) if isinstance(node, pytest.Item) else bool(
@@ -217,6 +269,8 @@ def _start_daemon(request: pytest.FixtureRequest, node: pytest.Item | pytest.Col
             daemon.save_artifacts()
         if daemon is not None:
             daemon.stop()
+        if mock is not None:
+            mock.stop(keep_logs_in=root / "bluez-mock" if failed else None)
         if not failed:
             shutil.rmtree(root, ignore_errors=True)
         elif kept_at != root:
@@ -269,6 +323,12 @@ def bluez_mock(request: pytest.FixtureRequest) -> Iterator[BluetoothMock]:
         mock.stop(keep_logs_in=None if kept is None else kept / "bluez-mock")
 
 
+def _wait_for_accessories(daemon: VigilDaemon) -> None:
+    expected = {a.description.serial for a in daemon.accessories.values()}
+    daemon.wait_until(lambda: expected <= {a.get("serialNumber") for a in daemon.control(
+        lambda c: c.accessories()["accessories"])}, f"the accessories {sorted(expected)} in vigild", 30)
+
+
 @pytest.fixture
 def vigil_control(vigild: VigilDaemon) -> Iterator[ControlClient]:
     with ControlClient(vigild.socket) as control:
@@ -287,9 +347,7 @@ def virtual_accessories(request: pytest.FixtureRequest, vigild: VigilDaemon) -> 
         vigild.accessory = gadget
         vigild.accessories = {gadget.description.name: gadget}
     assert vigild.accessory is not None
-    expected = {a.description.serial for a in vigild.accessories.values()}
-    vigild.wait_until(lambda: expected <= {a.get("serialNumber") for a in vigild.control(
-        lambda c: c.accessories()["accessories"])}, f"the accessories {sorted(expected)} in vigild", 30)
+    _wait_for_accessories(vigild)
     try:
         yield vigild.accessories
     finally:

@@ -367,6 +367,8 @@ class VigilDaemon:
         self.report_in_errors = report_in_errors
         #: Where this daemon's folder is kept if its test fails (the pytest plugin may move it).
         self.artifacts = self.root
+        #: A BlueZ mock this daemon uses that is not a fixture's (a rig file's `bluez-mock = true`).
+        self.bluetooth_mock: BluetoothMock | None = None
         #: The virtual accessories by name (the first is also `accessory`).
         self.accessories: dict[str, VirtualAccessory] = {}
         self.accessory: VirtualAccessory | None = None
