@@ -250,7 +250,11 @@ def _start_daemon(request: pytest.FixtureRequest, node: pytest.Item | pytest.Col
                              env=env, accessory=described or accessory, bluetooth=bluetooth, report_in_errors=False)
         daemon.artifacts = kept_at
         daemon.bluetooth_mock = mock
-        daemon.start()
+        try:
+            daemon.start()
+        except Exception as error:
+            error.add_note(f"vigild's folder (kept): {kept_at}")
+            raise
         for app in spec.apps if spec is not None else ():
             daemon.install_app(app.id, app.command, background_modes=app.background_modes,
                                accessory_protocols=app.accessory_protocols, exits_on_suspend=app.exits_on_suspend,
