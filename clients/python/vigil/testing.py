@@ -115,7 +115,7 @@ def missing_for_accessories() -> str | None:
 def missing_for_bluetooth() -> str | None:
     """Why the BlueZ mock cannot run here (naming the Debian packages), or None."""
     if not shutil.which("dbus-daemon"):
-        return "the BlueZ mock needs dbus-daemon: apt install dbus-daemon (Debian 12: dbus)"
+        return "the BlueZ mock needs dbus-daemon: apt install dbus-daemon"
     mock_python = os.environ.get("VIGIL_BLUEZ_MOCK_PYTHON", SYSTEM_PYTHON)
     if mock_python == SYSTEM_PYTHON and not _system_python_imports("import dbusmock"):
         return f"the BlueZ mock needs python-dbusmock in {SYSTEM_PYTHON}: apt install python3-dbusmock"
