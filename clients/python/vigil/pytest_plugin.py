@@ -74,6 +74,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--vigil-hardware", choices=("virtual", "lab"), default="virtual",
                     help="virtual: umockdev accessory and BlueZ mock on this machine; lab: the same tests in "
                          "the Vigil lab guest, with a USB gadget, bluetoothd and a Bumble peer (docs/lab.md)")
+    group.addoption("--vigil-place", action="store_true", default=False,
+                    help="accessory_session through the labgrid place of --lg-env: target main's VigilSessionDriver "
+                         "(a real accessory behind a gateway's vigild; needs labgrid)")
     group.addoption("--vigil-lab-results", default=None, help="with --vigil-hardware=lab: the lab's results folder")
     group.addoption("--vigil-rig", default=None,
                     help="a rig file (TOML): daemons as fixtures of their own scope, with apps and virtual devices")
@@ -366,8 +369,20 @@ def virtual_accessory(virtual_accessories: dict[str, VirtualAccessory]) -> Virtu
 
 
 @pytest.fixture
-def accessory_session(vigild: VigilDaemon, virtual_accessory: VirtualAccessory) -> Iterator[ControlSession]:
-    """A control-role session with the first virtual accessory, on its first protocol."""
+def accessory_session(request: pytest.FixtureRequest) -> Iterator[ControlSession]:
+    """A control-role session with the first virtual accessory, on its first protocol; with
+    --vigil-place, the session of the labgrid place's VigilSessionDriver (target main of --lg-env)."""
+    if request.config.getoption("--vigil-place"):
+        from .labgrid import PlaceSession
+        target = request.getfixturevalue("target")  # labgrid's pytest plugin: --lg-env
+        driver = target.get_driver("VigilSessionDriver")
+        try:
+            yield PlaceSession(driver)
+        finally:
+            target.deactivate(driver)
+        return
+    vigild = cast(VigilDaemon, request.getfixturevalue("vigild"))
+    virtual_accessory = cast(VirtualAccessory, request.getfixturevalue("virtual_accessory"))
     with ControlClient(vigild.socket) as control:
         serial = virtual_accessory.description.serial
         accessory = next(a for a in control.accessories()["accessories"] if a.get("serialNumber") == serial)
