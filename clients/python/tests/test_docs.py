@@ -64,7 +64,7 @@ def test_the_docs_examples_pass_as_written(pytester: pytest.Pytester, request: p
     pytester._monkeypatch.setenv("PYTHONPATH", os.pathsep.join(sys.path))
     arguments = ["-p", "no:cacheprovider", "-rs"]
     if request.config.getoption("--vigild"):
-        arguments += ["--vigild", request.config.getoption("--vigild")]
+        arguments += [f"--vigild={request.config.getoption('--vigild')}"]
     result = pytester.runpytest_subprocess(*arguments)
     tests = sum(len(re.findall(r"^(?:async )?def test_", block, flags=re.M)) for block in files)
     result.assert_outcomes(passed=tests)

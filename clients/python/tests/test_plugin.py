@@ -27,7 +27,7 @@ def run(pytester: pytest.Pytester, request: pytest.FixtureRequest, *arguments: s
     if not request.config.pluginmanager.has_plugin("vigil"):  # not installed: running from the source
         options += ["-p", "vigil.pytest_plugin"]
     if request.config.getoption("--vigild"):
-        options += ["--vigild", request.config.getoption("--vigild")]
+        options += [f"--vigild={request.config.getoption('--vigild')}"]
     return pytester.runpytest_subprocess(*options, *arguments)
 
 

@@ -22,7 +22,8 @@ text and the properties vigil_artifacts and vigil_decision_log). `async def` tes
 use these fixtures (or the marker) and that pytest-asyncio does not run (it is absent,
 or in strict mode without an asyncio mark) run on a fresh event loop.
 
-Options: --vigild PATH (else $VIGILD, the ini key `vigild`, a checkout's
+Options (a path with "=": --vigild=PATH; pytest takes a separate one for a test path when it
+looks for its rootdir and ini file): --vigild=PATH (else $VIGILD, the ini key `vigild`, a checkout's
 .build/debug/vigild, then PATH); --vigil-artifacts DIR (ini `vigil_artifacts`): where
 failing tests' folders go; --vigil-hardware=lab runs the session inside the Vigil lab
 guest (docs/lab.md), where `virtual_accessory` is a USB gadget seen through real udev
@@ -99,7 +100,7 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
         raise pytest.UsageError("--vigil-hardware=lab needs a Vigil checkout ($VIGIL_REPO) for scripts/vigil-lab")
     arguments = list(config.invocation_params.args)
     if config.getoption("--vigild") is None:
-        arguments += ["--vigild", _vigild_binary(config)]
+        arguments += [f"--vigild={_vigild_binary(config)}"]
     results = config.getoption("--vigil-lab-results") or tempfile.mkdtemp(prefix="vigil-lab-pytest-")
     command = [str(repo / "scripts" / "vigil-lab"), "run", "--results", str(results), "--",
                sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *arguments]
@@ -259,7 +260,8 @@ def _start_daemon(request: pytest.FixtureRequest, node: pytest.Item | pytest.Col
             error.add_note(f"vigild's folder (kept): {kept_at}")
             raise
         for app in spec.apps if spec is not None else ():
-            daemon.install_app(app.id, app.command, background_modes=app.background_modes,
+            command = [part.replace("{root}", str(daemon.root)) for part in app.command]
+            daemon.install_app(app.id, command, background_modes=app.background_modes,
                                accessory_protocols=app.accessory_protocols, exits_on_suspend=app.exits_on_suspend,
                                extra=app.extra)
         for app in spec.apps if spec is not None else ():

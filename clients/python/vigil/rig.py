@@ -17,7 +17,8 @@ own scope, with its apps and virtual devices (docs/testing-with-vigil.md,
 
     [[daemons.gateway.apps]]          # a manifest (docs/lifecycle.md), and `launch`
     id = "org.example.logger"
-    exec = ["{python}", "{rig}/logger.py"]   # {python}: this interpreter, {rig}: the rig file's folder
+    exec = ["{python}", "{rig}/logger.py", "{root}/out"]   # this interpreter, the rig file's folder,
+                                                          # the daemon's own folder
     background-modes = ["external-accessory"]
     accessory-protocols = ["com.acme.gauge"]
     launch = true
