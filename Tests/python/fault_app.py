@@ -20,9 +20,13 @@ each event it says it has finished processing, so vigild may suspend it.
                              copies are acknowledged), and, since `ack` is
                              cumulative, every later one on that connection:
                              the app then holds unacknowledged events
+    --ack-delay S            take S seconds over each event before
+                             acknowledging it (a slow app: vigild may
+                             suspend it mid-event), then record `acked`
 
 Record lines (`kind`): started (the process, before any delay), hello (pid, state, launch), event (seq, eventKind,
-redelivered, attributes, payloadHex, acked), lifecycle, sessionOpened,
+redelivered, attributes, payloadHex, acked), acked (seq, once the `ack` is
+sent: with --ack-delay), lifecycle, sessionOpened,
 openFailed, dropped (the connection), refused (exit at unauthorized).
 """
 
@@ -119,7 +123,11 @@ def serve(app, record, options):
         elif item.kind == "accessory.connected" and session is None and options.accessory_protocol:
             open_session()
         if not holding:
+            if options.ack_delay:
+                time.sleep(options.ack_delay)  # the work; the app may be frozen meanwhile
             app.ack(item.seq)
+            if options.ack_delay:
+                record(kind="acked", seq=item.seq)
         app.finished_processing()
 
 
@@ -130,6 +138,7 @@ def main():
     parser.add_argument("--accessory-protocol", default=None)
     parser.add_argument("--hold", action="store_true")
     parser.add_argument("--start-delay", type=float, default=0.0)
+    parser.add_argument("--ack-delay", type=float, default=0.0)
     options = parser.parse_args()
     record = Recorder(options.record)
     record(kind="started")
