@@ -155,6 +155,21 @@ public struct JournalEncoder: Sendable {
     /// The force-quit flag of each app as the journal (or snapshot) has it, to
     /// journal only changes.
     var forceQuit: [String: Bool] = [:]
+    /// Which kinds of record `bytes` holds (bits of `crashPointNames`).
+    private var kinds: UInt8 = 0
+
+    /// The crash points (docs/reliability.md) that writing `bytes` is: each
+    /// kind of durable step it holds, and `journal.write` for any.
+    /// `journal.enqueued` is also the seq reservation: an event's seq, and
+    /// with it the app's next seq, is durable with its enqueue record.
+    public var crashPointNames: [String] {
+        var names = ["journal.write"]
+        if kinds & 1 != 0 { names.append("journal.enqueued") }
+        if kinds & 2 != 0 { names.append("journal.sent") }
+        if kinds & 4 != 0 { names.append("journal.acknowledged") }
+        if kinds & 8 != 0 { names.append("journal.renumbered") }
+        return names
+    }
 
     public init() {}
 
@@ -162,6 +177,7 @@ public struct JournalEncoder: Sendable {
     public mutating func reset(after apps: [String: SavedApp]) {
         bytes.removeAll(keepingCapacity: true)
         mustWrite = false
+        kinds = 0
         forceQuit = apps.mapValues(\.forceQuit)
     }
 
@@ -169,6 +185,7 @@ public struct JournalEncoder: Sendable {
     public mutating func clear() {
         bytes.removeAll(keepingCapacity: bytes.capacity <= 4 << 20)
         mustWrite = false
+        kinds = 0
     }
 
     public mutating func append(_ record: JournalRecord) {
@@ -181,6 +198,13 @@ public struct JournalEncoder: Sendable {
         bytes.storeLE(UInt32(length), at: start)
         bytes.storeLE(crc, at: start + 4)
         if !record.mayWait { mustWrite = true }
+        switch record {
+        case .enqueued: kinds |= 1
+        case .sent, .sentEach: kinds |= 2
+        case .acknowledged, .acknowledgedEach: kinds |= 4
+        case .renumbered: kinds |= 8
+        default: break
+        }
     }
 }
 
