@@ -180,3 +180,27 @@ struct EngineSourceOrderTests {
         #expect(try restored.deliver("test").seq == 4)
     }
 }
+
+@Suite("Engine: acknowledgements a connection was not sent")
+struct EngineIgnoredAckTests {
+    @Test func anAckOfAnEventFromAnEarlierConnectionIsIgnoredAndLogged() throws {
+        let h = Harness()
+        let plain = Harness.plain
+        try h.active(plain)
+        try h.deliver("test")
+        try h.engine.moveToBackground(plain, now: h.now)
+        h.advance(h.engine.timings.suspendGrace)
+        h.engine.disconnected(plain)  // the connection went (a daemon restart, say) while it held seq 1
+        h.engine.acknowledge(plain, upTo: 1, now: h.now)
+        #expect(h.app(plain).queue.events.map(\.seq) == [1])
+        #expect(h.host.decisions(.refuse, for: plain).last?.reason.contains("ack up to seq 1 ignored") == true)
+        // A duplicate ack of what is gone is not worth a line.
+        _ = h.engine.connected(plain, now: h.now)
+        try h.engine.moveToForeground(plain, now: h.now)
+        h.engine.acknowledge(plain, upTo: 1, now: h.now)
+        let lines = h.host.decisions(.refuse, for: plain).count
+        h.engine.acknowledge(plain, upTo: 1, now: h.now)
+        #expect(h.host.decisions(.refuse, for: plain).count == lines)
+        #expect(h.app(plain).queue.events.isEmpty)
+    }
+}

@@ -167,10 +167,21 @@ extension LifecycleEngine {
     }
 
     /// The app acknowledged every event up to `seq`.
+    /// Only events sent on the current connection are acknowledged (see
+    /// `EventQueue.acknowledge`); an `ack` that covers none of them but names
+    /// an event an earlier connection was sent (a process that finishes, on
+    /// its new connection, an event it got before a daemon restart, ahead of
+    /// its redelivery) is ignored and logged: the event comes again, flagged.
     public func acknowledge(_ id: String, upTo seq: UInt64, now: UInt64) {
+        var ignored: QueuedEvent?
         update(id) {
-            $0.queue.acknowledge(upTo: seq)
+            if $0.queue.acknowledge(upTo: seq) == 0 {
+                ignored = $0.queue.unsent.first { $0.seq <= seq && $0.everSent }
+            }
             $0.queue.appendOverflowReportIfPossible()
+        }
+        if let ignored {
+            decide(id, .refuse, "ack up to seq \(seq) ignored: seq \(ignored.seq) ('\(ignored.kind)') was sent to an earlier connection and not yet again on this one; it comes again, redelivered")
         }
         flush(id)
         suspendIfDone(id, now: now, trigger: "finished processing and acknowledged its last event")
