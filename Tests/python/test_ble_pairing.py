@@ -239,7 +239,8 @@ class AppPairingTests(PairingRig):
         records = self.records()
         self.assertTrue(any(r.get("eventKind") == "ble.pairingRequest" and r["attributes"]["kind"] == "passkey"
                             for r in records), self.diagnostics())
-        self.assertTrue(any(r.get("kind") == "pairingAnswered" for r in records))
+        # The app records its answer after vigild replied to it, which may be after BlueZ heard it.
+        self.wait_until(lambda: any(r.get("kind") == "pairingAnswered" for r in self.records()), "the app's answer recorded")
         wakes = [d for d in self.control.log(app=APP) if d["action"] == "wake"][wakes_before:]
         self.assertTrue(any("ble.pairingRequest" in d["reason"] for d in wakes), wakes)
 
