@@ -7,6 +7,7 @@
 //                                VigilUdev, VigilSerial, VigilDBus
 //   wire format, TOML            VigilProtocol, VigilTOML
 //   domain                       VigilLifecycle (the lifecycle engine and the manifest it reads),
+//                                VigilStreams (session logs, holders: every byte transport's),
 //                                VigilAccessories, VigilBluetooth
 //   files                        VigilConfig (manifest and daemon config files, in TOML)
 //   daemon, client, CLI          VigilDaemon + vigild, VigilKit, vigilctl, examples
@@ -70,11 +71,15 @@ let package = Package(
         // checked: every mistake named with its file and field.
         .target(name: "VigilConfig", dependencies: ["VigilLifecycle", "VigilProtocol", "VigilTOML"], swiftSettings: strict),
 
+        // What every byte transport's sessions share (serial accessories, L2CAP
+        // channels): the session log apps map, and who holds a session.
+        .target(name: "VigilStreams", dependencies: ["VigilProtocol", "VigilSystem"], swiftSettings: strict),
+
         // The accessory domain: which devices are accessories, their identity
-        // across replugs, and who holds a session (pure logic, no libudev).
+        // across replugs, and which accessory a session is on (pure logic, no libudev).
         .target(
             name: "VigilAccessories",
-            dependencies: ["VigilConfig", "VigilLifecycle", "VigilProtocol", "VigilSystem"],
+            dependencies: ["VigilConfig", "VigilLifecycle", "VigilProtocol", "VigilStreams", "VigilSystem"],
             swiftSettings: strict
         ),
 
@@ -82,7 +87,7 @@ let package = Package(
         .target(
             name: "VigilDaemon",
             dependencies: [
-                "VigilSystem", "VigilProtocol", "VigilLifecycle", "VigilConfig", "VigilAccessories", "VigilUdev", "VigilSerial",
+                "VigilSystem", "VigilProtocol", "VigilLifecycle", "VigilConfig", "VigilStreams", "VigilAccessories", "VigilUdev", "VigilSerial",
                 "VigilBluetooth", "VigilL2CAP", "VigilMQTT",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
@@ -206,7 +211,15 @@ let package = Package(
         .testTarget(name: "VigilProtocolTests", dependencies: ["VigilProtocol"], swiftSettings: strict),
         .testTarget(name: "VigilTOMLTests", dependencies: ["VigilTOML"], swiftSettings: strict),
         .testTarget(name: "VigilLifecycleTests", dependencies: ["VigilLifecycle", "VigilConfig"], swiftSettings: strict),
-        .testTarget(name: "VigilAccessoriesTests", dependencies: ["VigilAccessories", "VigilConfig", "VigilSystem"], swiftSettings: strict),
+        .testTarget(name: "VigilStreamsTests", dependencies: ["VigilStreams", "VigilProtocol", "VigilSystem"], swiftSettings: strict),
+        .testTarget(name: "VigilAccessoriesTests", dependencies: ["VigilAccessories", "VigilConfig", "VigilStreams", "VigilSystem"], swiftSettings: strict),
+        // The daemon's components in-process, against a fake DaemonServices
+        // (the stream layer with socketpair endpoints); the binary is tested black-box in Tests/python.
+        .testTarget(
+            name: "VigilDaemonTests",
+            dependencies: ["VigilDaemon", "VigilConfig", "VigilStreams", "VigilLifecycle", "VigilProtocol", "VigilSystem",
+                           .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strict),
         .testTarget(name: "VigilSerialTests", dependencies: ["VigilSerial"], swiftSettings: strict),
         .testTarget(
             name: "VigilUdevTests",

@@ -56,11 +56,6 @@ public struct AccessoryIdentity: Sendable, Hashable, Codable, CustomStringConver
         }
     }
 
-    /// The identity of a stream that is no accessory (see `SessionTable.openStream`).
-    init(key: String) {
-        self.key = key
-    }
-
     public var description: String { key }
 
     /// ".../usb1/1-1/1-1:1.0/tty/ttyACM0" → "1-1".

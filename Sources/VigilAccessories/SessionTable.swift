@@ -1,20 +1,8 @@
 import VigilProtocol
+import VigilStreams
 
-/// Who holds a session.
-public enum SessionHolder: Sendable, Hashable, Codable, CustomStringConvertible {
-    case app(String)
-    /// A person's terminal (`vigilctl accessory open`), by control connection.
-    case control(Int)
-
-    public var description: String {
-        switch self {
-        case let .app(id): "app \(id)"
-        case let .control(connection): "vigilctl (connection \(connection))"
-        }
-    }
-}
-
-/// One open session: a byte stream with one accessory for one protocol.
+/// One accessory session: the stream session `id` (the stream layer holds
+/// its log and traffic) with one accessory for one protocol.
 public struct SessionRecord: Sendable, Equatable, Codable {
     public var id: Int
     public var holder: SessionHolder
@@ -28,17 +16,18 @@ public struct SessionRecord: Sendable, Equatable, Codable {
     public var reopen: Bool
 }
 
-/// The sessions open now, at most one per accessory connection and protocol.
+/// The accessory sessions open now, at most one per accessory connection and
+/// protocol. Session ids come from the stream layer, which numbers the
+/// sessions of every transport.
 public struct SessionTable: Sendable {
     public private(set) var sessions: [Int: SessionRecord] = [:]
-    private var nextID = 1
 
     public init() {}
 
     /// Opens a session, or explains why not: the accessory does not speak the
     /// protocol, the app's manifest does not declare it, or someone holds it.
     public mutating func open(
-        holder: SessionHolder, accessory: AccessoryInfo, identity: AccessoryIdentity, protocol name: String,
+        id: Int, holder: SessionHolder, accessory: AccessoryInfo, identity: AccessoryIdentity, protocol name: String,
         declaredProtocols: [String]?, lineSettings: String, reopen: Bool
     ) throws(ProtocolError) -> SessionRecord {
         guard accessory.protocolStrings.contains(name) else {
@@ -54,39 +43,25 @@ public struct SessionTable: Sendable {
             throw ProtocolError(.invalidState, "accessory \(accessory.connectionID) protocol '\(name)' is already held by \(holderSession.holder) (session \(holderSession.id))")
         }
         let record = SessionRecord(
-            id: nextID, holder: holder, connectionID: accessory.connectionID, identity: identity,
+            id: id, holder: holder, connectionID: accessory.connectionID, identity: identity,
             sysPath: accessory.sysPath, protocolString: name, lineSettings: lineSettings, reopen: reopen)
-        nextID += 1
         sessions[record.id] = record
         return record
     }
 
-    /// Opens a session for a byte stream that is not an accessory's (an L2CAP
-    /// channel, whose daemon file keeps the rest): a record with connection id 0,
-    /// which no accessory has, and an identity that names the stream, so no
-    /// accessory's arrival ever reopens it.
-    public mutating func openStream(holder: SessionHolder, name: String) -> SessionRecord {
-        let record = SessionRecord(
-            id: nextID, holder: holder, connectionID: 0, identity: AccessoryIdentity(key: name),
-            sysPath: "", protocolString: name, lineSettings: "", reopen: false)
-        nextID += 1
-        sessions[record.id] = record
-        return record
+    /// Whether `open` would find the holder's own session (and return it).
+    public func existing(holder: SessionHolder, connectionID: UInt64, protocol name: String) -> SessionRecord? {
+        sessions.values.first { $0.connectionID == connectionID && $0.protocolString == name && $0.holder == holder }
     }
 
-    /// The id the next session gets: ids are never reused, across daemon
-    /// restarts included (apps tell their sessions apart by id).
-    public var nextSessionID: Int { nextID }
-
-    /// Takes back the sessions an earlier daemon recorded (`SessionRecordFile`),
-    /// all waiting for their accessory; the daemon reopens them.
-    public mutating func restore(_ records: [SessionRecord], nextSessionID: Int) {
+    /// Takes back the sessions an earlier daemon recorded, all waiting for
+    /// their accessory; the daemon reopens them.
+    public mutating func restore(_ records: [SessionRecord]) {
         // Connection ids are the dead daemon's: none is connected now (ids start at 1).
         for var record in records {
             record.connectionID = 0
             sessions[record.id] = record
         }
-        nextID = max(nextID, nextSessionID, (records.map(\.id).max() ?? 0) + 1)
     }
 
     @discardableResult

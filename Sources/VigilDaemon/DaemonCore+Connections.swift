@@ -97,13 +97,6 @@ extension DaemonCore {
         if let watch = connection.watch { loop.removeWatch(watch) }
         if let timer = connection.closeTimer { loop.cancelTimer(timer) }
         connection.stream.close()
-        if case .control = connection.phase {
-            accessoryState.watchers.remove(connection.id)
-            for session in accessoryState.sessions.sessions(heldBy: .control(connection.id)) {
-                closePort(session.id)
-                accessoryState.sessions.close(session.id)
-            }
-        }
         componentsConnectionClosed(connection)
         if let app = connection.appID, appConnections[app] == connection.id {
             appConnections[app] = nil
@@ -143,7 +136,7 @@ extension DaemonCore {
             hold(lifecycle, to: connection)
         case let .event(event, redelivered):
             commitJournal(compactIfDue: false)  // journaled before the app can see it
-            grantSessionLog(named: event, to: app)  // readable by the app before it learns the path
+            componentsWillSend(event, to: app)  // e.g. a session log readable by the app before it learns the path
             hold(
                 EventMessage(seq: event.seq, kind: event.kind, attributes: event.attributes, redelivered: redelivered),
                 body: event.payload, to: connection)

@@ -39,7 +39,7 @@ extension DaemonCore {
                 return
             }
         } catch {
-            metricsEndpoint?.metrics.count("vigil_request_errors_total", [("type", metricsType(message.type)), ("code", error.code.rawValue)])
+            metrics?.count("vigil_request_errors_total", [("type", metricsType(message.type)), ("code", error.code.rawValue)])
             if error.closesConnection {
                 fail(connection, error)
             } else if case .handshake = connection.phase {
@@ -66,8 +66,7 @@ extension DaemonCore {
             throw ProtocolError(.unsupportedVersion, "no common protocol version: client speaks \(hello.versions), daemon speaks \(ProtocolVersion.supported)")
         }
         let pid = connection.credentials.pid
-        let running = engine.apps.compactMapValues(\.pid)
-        let owner = suspender.app(owning: pid, running: running)
+        let owner = apps.app(owning: pid, services: self)
         switch hello.role {
         case .control:
             if let owner {
@@ -110,12 +109,10 @@ extension DaemonCore {
         switch message.type {
         case Acknowledge.type:
             let ack: Acknowledge = try message.decode()
-            sessionLogsBeforeAcknowledging(ack.seq, by: app)
+            componentsWillAcknowledge(ack.seq, by: app)
             withEngine { engine, now in engine.acknowledge(app, upTo: ack.seq, now: now) }
-            removeRetiredLogs(of: app)
-            resumeReading(for: app)
             componentsDidAcknowledge(by: app)
-            metricsEndpoint?.metrics.acknowledged(by: app, now: now)
+            metrics?.acknowledged(by: app, now: now)
         case BeginBackgroundTask.type:
             let request: BeginBackgroundTask = try message.decode()
             let task = withEngine { engine, now in engine.beginBackgroundTask(app, name: request.name, now: now) }
@@ -136,7 +133,6 @@ extension DaemonCore {
             send(BackgroundTimeRemaining(seconds: seconds), id: message.id, to: connection)
         default:
             if try routeToComponent(message, from: .app(app), on: connection) { return }
-            if try handleAccessoryRequest(message, holder: .app(app), connection: connection) { return }
             throw ProtocolError(.unknownMessage, "unknown message type '\(message.type)' for an app", id: message.id)
         }
     }
@@ -188,7 +184,6 @@ extension DaemonCore {
             send(ReloadResult(apps: engine.apps.keys.sorted(), problems: manifestProblems), id: message.id, to: connection)
         default:
             if try routeToComponent(message, from: .control(connection: connection.id), on: connection) { return }
-            if try handleAccessoryRequest(message, holder: .control(connection.id), connection: connection) { return }
             throw ProtocolError(.unknownMessage, "unknown message type '\(message.type)' for a control client", id: message.id)
         }
     }
@@ -196,10 +191,10 @@ extension DaemonCore {
     func status() -> DaemonStatus {
         var status = DaemonStatus(
             daemon: Self.version, pid: getpid(), protocolVersion: ProtocolVersion.current, socket: socketPath,
-            suspension: suspender.mechanism, suspensionDetail: suspender.detail, cgroupRoot: suspender.cgroupRoot,
+            suspension: apps.suspender.mechanism, suspensionDetail: apps.suspender.detail, cgroupRoot: apps.suspender.cgroupRoot,
             apps: engine.apps.count, manifestProblems: manifestProblems, timings: config.timings.asDictionary,
             uptime: Double((MonotonicInstant.now() - started).components.seconds), onStop: onStop.rawValue,
-            portKeeper: portKeeperStatus, bluetooth: nil, udev: udevHealth)
+            bluetooth: nil)
         componentsStatus(&status)
         return status
     }
@@ -214,12 +209,9 @@ extension DaemonCore {
             backgroundTimeRemaining: engine.backgroundTimeRemaining(id, now: now),
             tasks: app.tasks, queuedEvents: app.queue.queuedCount, unacknowledgedEvents: app.queue.unacknowledgedCount,
             droppedEvents: app.queue.totalDropped, lastDecision: app.lastDecision?.action.rawValue,
-            lastReason: app.lastDecision?.reason, launchReason: app.launch?.reason, logPath: logPath(of: id),
+            lastReason: app.lastDecision?.reason, launchReason: app.launch?.reason, logPath: apps.logFile(of: id, config: config),
             manifestPath: app.manifest.path)
-        if appOutputInJournal.contains(id) {
-            info.logPath = nil
-            info.journalIdentifier = id
-        }
+        if info.logPath == nil { info.journalIdentifier = id }
         if let refresh = app.refresh {
             info.nextRefresh = Double(refresh.due - min(refresh.due, now)) / 1e9
             info.refreshInterval = Double(refresh.stretchedInterval) / 1e9

@@ -3,6 +3,7 @@ import VigilConfig
 import VigilLifecycle
 import VigilProtocol
 @testable import VigilAccessories
+import VigilStreams
 
 @Suite("which devices are accessories, and their connections")
 struct AccessoryRegistryTests {
@@ -92,19 +93,19 @@ struct SessionTableTests {
                 return error
             }
         }
-        let notSpoken = code { () throws(ProtocolError) in _ = try table.open(holder: .app("org.a"), accessory: accessory.info, identity: accessory.identity, protocol: "org.example.other", declaredProtocols: ["org.example.other"], lineSettings: "", reopen: false) }
+        let notSpoken = code { () throws(ProtocolError) in _ = try table.open(id: 1, holder: .app("org.a"), accessory: accessory.info, identity: accessory.identity, protocol: "org.example.other", declaredProtocols: ["org.example.other"], lineSettings: "", reopen: false) }
         #expect(notSpoken?.code == .invalidArgument)
-        let undeclared = code { () throws(ProtocolError) in _ = try table.open(holder: .app("org.a"), accessory: accessory.info, identity: accessory.identity, protocol: "org.example.sensor", declaredProtocols: ["org.example.dfu"], lineSettings: "", reopen: false) }
+        let undeclared = code { () throws(ProtocolError) in _ = try table.open(id: 2, holder: .app("org.a"), accessory: accessory.info, identity: accessory.identity, protocol: "org.example.sensor", declaredProtocols: ["org.example.dfu"], lineSettings: "", reopen: false) }
         #expect(undeclared?.code == .notPermitted)
         #expect(undeclared?.closesConnection == false)
         #expect(undeclared?.message.contains("does not declare") == true)
 
-        let first = try table.open(holder: .app("org.a"), accessory: accessory.info, identity: accessory.identity, protocol: "org.example.sensor", declaredProtocols: ["org.example.sensor"], lineSettings: "9600 8N1", reopen: false)
-        let taken = code { () throws(ProtocolError) in _ = try table.open(holder: .app("org.b"), accessory: accessory.info, identity: accessory.identity, protocol: "org.example.sensor", declaredProtocols: ["org.example.sensor"], lineSettings: "", reopen: false) }
+        let first = try table.open(id: 3, holder: .app("org.a"), accessory: accessory.info, identity: accessory.identity, protocol: "org.example.sensor", declaredProtocols: ["org.example.sensor"], lineSettings: "9600 8N1", reopen: false)
+        let taken = code { () throws(ProtocolError) in _ = try table.open(id: 4, holder: .app("org.b"), accessory: accessory.info, identity: accessory.identity, protocol: "org.example.sensor", declaredProtocols: ["org.example.sensor"], lineSettings: "", reopen: false) }
         #expect(taken?.code == .invalidState)
         #expect(taken?.message.contains("app org.a") == true)
         // Another protocol of the same accessory is a separate session.
-        let dfu = try table.open(holder: .control(7), accessory: accessory.info, identity: accessory.identity, protocol: "org.example.dfu", declaredProtocols: nil, lineSettings: "", reopen: true)
+        let dfu = try table.open(id: 5, holder: .control(7), accessory: accessory.info, identity: accessory.identity, protocol: "org.example.dfu", declaredProtocols: nil, lineSettings: "", reopen: true)
         #expect(dfu.id != first.id)
         #expect(table.sessions(of: accessory.info.connectionID).map(\.id) == [first.id, dfu.id])
         #expect(table.sessions(heldBy: .control(7)).map(\.id) == [dfu.id])
@@ -203,7 +204,7 @@ struct UntrustedDeviceTextTests {
         let registry = AccessoryRegistry(rules: [])
         let first = try #require(registry.added(AccessoryRegistryTests.sensor(node: "/dev/ttyACM0", port: "1-1")))
         var table = SessionTable()
-        let mine = try table.open(holder: .app("org.a"), accessory: first.info, identity: first.identity, protocol: "org.example.sensor", declaredProtocols: nil, lineSettings: "", reopen: true)
+        let mine = try table.open(id: 6, holder: .app("org.a"), accessory: first.info, identity: first.identity, protocol: "org.example.sensor", declaredProtocols: nil, lineSettings: "", reopen: true)
         let waiting: (Int) -> Bool = { _ in true }
         // Replugged on another port with no clone around: the session follows its identity.
         let elsewhere = try #require(registry.added(AccessoryRegistryTests.sensor(node: "/dev/ttyACM5", port: "1-4")))
@@ -221,9 +222,9 @@ struct UntrustedDeviceTextTests {
         let first = try #require(registry.added(AccessoryRegistryTests.sensor(node: "/dev/ttyACM0", port: "1-1")))
         let clone = try #require(registry.added(AccessoryRegistryTests.sensor(node: "/dev/ttyACM1", port: "1-2")))
         var table = SessionTable()
-        let older = try table.open(holder: .app("org.a"), accessory: first.info, identity: first.identity, protocol: "org.example.sensor", declaredProtocols: nil, lineSettings: "", reopen: true)
-        let newer = try table.open(holder: .app("org.b"), accessory: clone.info, identity: clone.identity, protocol: "org.example.sensor", declaredProtocols: nil, lineSettings: "", reopen: true)
-        let dfu = try table.open(holder: .app("org.b"), accessory: clone.info, identity: clone.identity, protocol: "org.example.dfu", declaredProtocols: nil, lineSettings: "", reopen: true)
+        let older = try table.open(id: 7, holder: .app("org.a"), accessory: first.info, identity: first.identity, protocol: "org.example.sensor", declaredProtocols: nil, lineSettings: "", reopen: true)
+        let newer = try table.open(id: 8, holder: .app("org.b"), accessory: clone.info, identity: clone.identity, protocol: "org.example.sensor", declaredProtocols: nil, lineSettings: "", reopen: true)
+        let dfu = try table.open(id: 9, holder: .app("org.b"), accessory: clone.info, identity: clone.identity, protocol: "org.example.dfu", declaredProtocols: nil, lineSettings: "", reopen: true)
         let third = try #require(registry.added(AccessoryRegistryTests.sensor(node: "/dev/ttyACM7", port: "1-7")))
         let chosen = table.toReopen(on: third.info, identity: third.identity, byPortOnly: false, isWaiting: { _ in true })
         #expect(chosen.map(\.id) == [older.id, dfu.id])

@@ -263,6 +263,6 @@ extension DaemonHarness {
     func setConfig(_ line: String) async throws {
         let text = try String(contentsOfFile: configPath, encoding: .utf8)
         try (line + "\n" + text).write(toFile: configPath, atomically: true, encoding: .utf8)
-        try await restartDaemon()
+        _ = try await restartDaemon()
     }
 }

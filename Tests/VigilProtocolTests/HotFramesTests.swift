@@ -222,7 +222,7 @@ struct SeededRandom {
     mutating func number() -> Double {
         switch below(5) {
         case 0: Double(below(1000)) - 500
-        case 1: [0.5, -0.25, 1e-7, 1e21, 1e15, 123456789.125, 9007199254740993, -1e300, 5e-324][below(9)]
+        case 1: [0.5, -0.25, 1e-7, 1e21, 1e15, 123456789.125, 9007199254740992, -1e300, .leastNonzeroMagnitude][below(9)]
         case 2: Double(Int64(truncatingIfNeeded: next()))
         case 3: Double(bitPattern: next() & 0x7FEF_FFFF_FFFF_FFFF)  // finite, any magnitude
         default: Double(below(1_000_000)) / 1000

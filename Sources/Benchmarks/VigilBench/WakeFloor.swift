@@ -61,7 +61,7 @@ final class WakeFloor: @unchecked Sendable {
             var address = sockaddr_un()
             address.sun_family = sa_family_t(AF_UNIX)
             withUnsafeMutableBytes(of: &address.sun_path) { raw in
-                raw.copyMemory(from: UnsafeRawBufferPointer(start: path, count: min(path.utf8.count, raw.count - 1)))
+                Array(path.utf8.prefix(raw.count - 1)).withUnsafeBytes { raw.copyMemory(from: $0) }
             }
             let connected = withUnsafePointer(to: &address) {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }

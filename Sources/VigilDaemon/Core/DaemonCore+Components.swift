@@ -1,10 +1,13 @@
 import VigilLifecycle
 import VigilProtocol
+import VigilSystem
 
 /// The core's side of `DaemonComponent`: one list, and every fan-out a loop
 /// over it.
 extension DaemonCore: DaemonServices {
-    var metrics: DaemonMetrics? { metricsEndpoint?.metrics }
+    var metrics: DaemonMetrics? { metricsComponent.endpoint?.metrics }
+
+    var connectionCount: Int { connections.count }
 
     func connection(_ id: Int) -> ClientConnection? { connections[id] }
 
@@ -33,9 +36,9 @@ extension DaemonCore: DaemonServices {
         }
     }
 
-    func statusChanged() { updateSystemdStatus() }
+    func statusChanged() { systemd.update(services: self) }
 
-    func identity(ofApp app: String) -> DaemonCore.AppIdentity? { appIdentities[app] }
+    func credentials(ofApp app: String) -> SpawnCredentials? { apps.credentials(of: app, services: self) }
 }
 
 extension DaemonCore {
@@ -110,9 +113,6 @@ extension DaemonCore {
         for component in components { component.addStatus(to: &status, services: self) }
     }
 
-    func componentsMetrics(_ metrics: DaemonMetrics) {
-        for component in components { component.addMetrics(to: metrics, services: self) }
-    }
 
     func componentsSnapshot(_ snapshot: inout DaemonSnapshot) {
         for component in components { component.save(into: &snapshot, services: self) }

@@ -39,6 +39,9 @@ protocol DaemonServices: Actor {
     /// A client connection by id, if it is still open.
     func connection(_ id: Int) -> ClientConnection?
 
+    /// How many client connections are open.
+    var connectionCount: Int { get }
+
     /// The connection an app is talking on, if any.
     func connection(ofApp app: String) -> ClientConnection?
 
@@ -59,14 +62,22 @@ protocol DaemonServices: Actor {
     /// A device's change in the decision log (connected, disconnected, ...).
     func recordDevice(kind: String, device: String, change: String, detail: String)
 
-    /// The user and groups an app runs as (from its manifest, resolved at its launch).
-    func identity(ofApp app: String) -> DaemonCore.AppIdentity?
+    /// The credentials an app runs with (resolved at its launch, else now);
+    /// nil when it runs as the daemon's user.
+    func credentials(ofApp app: String) -> SpawnCredentials?
+
+    /// Closes a client connection (its components are told).
+    func close(_ connection: ClientConnection)
 
     /// Something the daemon's one-line status shows changed (systemd's STATUS=).
     func statusChanged()
 
     /// Metrics, when the endpoint is configured.
     var metrics: DaemonMetrics? { get }
+
+    /// Writes the state file now, not coalesced: what must be in it before
+    /// a reply (an L2CAP PSM an app is about to advertise).
+    func saveState()
 }
 
 extension DaemonServices {

@@ -3,7 +3,7 @@ import Glibc
 import Testing
 import VigilProtocol
 import VigilSystem
-@testable import VigilAccessories
+@testable import VigilStreams
 
 @Suite("session logs: the ring device bytes are read into")
 struct SessionLogTests {

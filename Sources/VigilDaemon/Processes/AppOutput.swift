@@ -1,5 +1,7 @@
 import FoundationEssentials
 import Glibc
+import Logging
+import VigilConfig
 import VigilLifecycle
 import VigilSystem
 
@@ -24,8 +26,8 @@ struct AppOutput {
     var journalStream: String?
 }
 
-extension DaemonCore {
-    var appOutputToJournal: Bool {
+extension AppProcesses {
+    static func outputToJournal(_ config: DaemonConfig) -> Bool {
         switch config.appOutput {
         case .journal: true
         case .files: false
@@ -37,25 +39,25 @@ extension DaemonCore {
     /// started, as whom) at its top, after a timestamp in a file (the journal
     /// has its own). A journal that cannot be reached falls
     /// back to the file, said in the daemon's log.
-    func openAppOutput(_ app: String, banner: String) throws -> AppOutput {
+    func openOutput(_ app: String, banner: String, config: DaemonConfig, logger: Logger) throws -> AppOutput {
         var output: AppOutput?
-        if appOutputToJournal {
+        if Self.outputToJournal(config) {
             do {
                 let fd = try Journal.openStream(identifier: app)
                 output = AppOutput(fd: fd, journalStream: Journal.streamVariable(for: fd))
             } catch {
-                logger.error("cannot open a journal stream for \(app)'s output, writing it to \(logPath(of: app)): \(error)", metadata: ["app": "\(app)"])
+                logger.error("cannot open a journal stream for \(app)'s output, writing it to \(Self.logPath(of: app, config: config)): \(error)", metadata: ["app": "\(app)"])
             }
         }
         if output == nil {
-            rotateAppLog(app)
-            let fd = open(logPath(of: app), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0o640)
+            rotateLog(app, config: config, logger: logger)
+            let fd = open(Self.logPath(of: app, config: config), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0o640)
             guard fd >= 0 else {
-                throw DaemonError("cannot open log \(logPath(of: app)): \(String(cString: strerror(errno)))")
+                throw DaemonError("cannot open log \(Self.logPath(of: app, config: config)): \(String(cString: strerror(errno)))")
             }
             output = AppOutput(fd: fd)
         }
-        if output!.journalStream != nil { appOutputInJournal.insert(app) } else { appOutputInJournal.remove(app) }
+        if output!.journalStream != nil { outputInJournal.insert(app) } else { outputInJournal.remove(app) }
         let line = output!.journalStream != nil ? banner + "\n" : "--- \(Date()) \(banner)\n"
         _ = line.withCString { Glibc.write(output!.fd, $0, strlen($0)) }
         return output!
@@ -63,8 +65,8 @@ extension DaemonCore {
 
     /// Moves `<id>.log` to `<id>.log.1` (replacing it) once it is past
     /// `app-log-size`. Called at launch only, when no process of the app writes.
-    private func rotateAppLog(_ app: String) {
-        let path = logPath(of: app)
+    private func rotateLog(_ app: String, config: DaemonConfig, logger: Logger) {
+        let path = Self.logPath(of: app, config: config)
         var info = stat()
         guard lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, Int(info.st_size) > config.appLogSize else { return }
         if rename(path, path + ".1") == 0 {

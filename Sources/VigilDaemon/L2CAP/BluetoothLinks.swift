@@ -1,0 +1,23 @@
+import VigilBluetooth
+import VigilProtocol
+
+/// What L2CAP needs of the Bluetooth central, and no more: where a client's
+/// link to a peripheral is (to connect a channel over it), whether the
+/// client still wants that link (a `reopen` channel waits for it), and
+/// whether it is up. The Bluetooth component provides it (found with
+/// `DaemonServices.components(_:)`); it tells L2CAP a link came up, or a
+/// client ended, through `BluetoothLinkObserver`.
+protocol BluetoothLinks {
+    /// Whether Bluetooth runs (false: disabled in the config).
+    var isEnabled: Bool { get }
+    func l2capTarget(_ client: BluetoothClient, address: String) throws(ProtocolError) -> L2CAPTarget
+    func wantsLink(_ client: BluetoothClient, address: String) -> Bool
+    func linkIsUp(_ address: String) -> Bool
+}
+
+extension DaemonServices {
+    /// The central's links, while Bluetooth runs.
+    var bluetoothLinks: (any BluetoothLinks)? {
+        components(BluetoothLinks.self).first { $0.isEnabled }
+    }
+}
