@@ -128,18 +128,22 @@ class Rig:
         fault_harness.VIGILD = vigild
         daemon = TestbedDaemon(self.root, daemon_config(self.root, "cgroup", cgroup_root, extra="event-queue-limit = 100000"))
         self.cleanups.append(daemon.close)
-        for i in range(1, count):
-            reply = daemon.device(f'add bench{i} {{"port": "1-{i + 2}", "serial": "BENCH{i:03d}", "first_number": {i * 4}}}')
-            if not reply.startswith("ok"):
-                raise RuntimeError(f"cannot add accessory {i}: {reply}")
         daemon.wait_ready()
         self.socket = daemon.socket
         self.log_path = daemon.log_path
         self.pid = daemon.pid
-        # Every accessory known to vigild before the app asks for them.
+        # Plugged in one by one once vigild follows udev, each seen before the next
+        # (several plugged while it starts can fall between its enumeration and its monitor).
         with connect_control(self.socket) as control:
-            if not wait_for(lambda: len(control.accessories()) >= count, 30):
-                raise RuntimeError(f"vigild sees {len(control.accessories())} accessories, not {count}")
+            known = lambda: len(control.accessories()["accessories"])  # noqa: E731
+            if not wait_for(lambda: known() >= 1, 30):
+                raise RuntimeError("vigild does not see the testbed's sensor")
+            for i in range(1, count):
+                reply = daemon.device(f'add bench{i} {{"port": "1-{i + 2}", "serial": "BENCH{i:03d}", "first_number": {i * 4}}}')
+                if not reply.startswith("ok"):
+                    raise RuntimeError(f"cannot add accessory {i}: {reply}")
+                if not wait_for(lambda: known() >= i + 1, 30):
+                    raise RuntimeError(f"vigild sees {known()} accessories, not {i + 1}:\n{self.log_tail()}")
 
     def _notifying(self, path):
         import dbus
