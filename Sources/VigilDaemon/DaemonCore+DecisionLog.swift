@@ -25,7 +25,7 @@ extension DaemonCore {
         metrics?.decided(record, now: now)
         guard !decisions.followers.isEmpty else { return }
         for (id, app) in decisions.followers.sorted(by: { $0.key < $1.key }) {
-            guard let connection = connections[id] else {
+            guard let connection = clients.connection(id) else {
                 decisions.followers[id] = nil  // closed
                 continue
             }

@@ -23,7 +23,7 @@ extension DaemonCore {
         do {
             message = try IncomingMessage(frame: frame)
         } catch {
-            return fail(connection, error)
+            return clients.fail(connection, error, services: self)
         }
         do {
             switch connection.phase {
@@ -41,11 +41,11 @@ extension DaemonCore {
         } catch {
             metrics?.count("vigil_request_errors_total", [("type", metricsType(message.type)), ("code", error.code.rawValue)])
             if error.closesConnection {
-                fail(connection, error)
+                clients.fail(connection, error, services: self)
             } else if case .handshake = connection.phase {
                 // Before the handshake there is nothing to go on with: answer and
                 // close, so a client waiting for `welcome` is never left waiting.
-                fail(connection, error)
+                clients.fail(connection, error, services: self)
             } else if let id = message.id {
                 send(ProtocolError(error.code, error.message), id: id, to: connection)
             } else {
@@ -84,12 +84,7 @@ extension DaemonCore {
             if let claimed = hello.app, claimed != owner {
                 throw ProtocolError(.unauthorized, "process \(pid) belongs to app \(owner), not \(claimed)")
             }
-            if let previous = appConnections[owner], let old = connections[previous] {
-                logger.info("app \(owner) connected again; closing its previous connection")
-                close(old)
-            }
-            connection.phase = .app(owner)
-            appConnections[owner] = connection.id
+            clients.attach(connection, to: owner, services: self)
             // Welcome first, then whatever the engine sends on connecting (didBecomeActive, events).
             guard let app = withEngine({ engine, now in engine.identified(owner, now: now) }) else {
                 throw ProtocolError(.unauthorized, "process \(pid) belongs to an app that is gone")
@@ -191,7 +186,7 @@ extension DaemonCore {
     func status() -> DaemonStatus {
         var status = DaemonStatus(
             daemon: Self.version, pid: getpid(), protocolVersion: ProtocolVersion.current, socket: socketPath,
-            suspension: apps.suspender.mechanism, suspensionDetail: apps.suspender.detail, cgroupRoot: apps.suspender.cgroupRoot,
+            suspension: apps.suspension.mechanism, suspensionDetail: apps.suspension.detail, cgroupRoot: apps.suspension.cgroupRoot,
             apps: engine.apps.count, manifestProblems: manifestProblems, timings: config.timings.asDictionary,
             uptime: Double((MonotonicInstant.now() - started).components.seconds), onStop: onStop.rawValue,
             bluetooth: nil)

@@ -34,12 +34,6 @@ actor DaemonCore {
     /// Which manifest files and users are accepted (docs/security.md).
     let manifestPolicy: ManifestPolicy
 
-    var listener: UnixListener?
-    var listenerWatch: WatchID?
-    var connections: [Int: ClientConnection] = [:]
-    var nextConnectionID = 1
-    /// The connection each app is currently talking on.
-    var appConnections: [String: Int] = [:]
     var engineTimer: (id: TimerID, deadline: UInt64)?
     let stateStore: StateStore
     /// What the stop does with the apps (shown by `status`; `shutdown` is told).
@@ -49,10 +43,11 @@ actor DaemonCore {
     /// `withEngine` calls under way (they nest); while any is, frames to apps
     /// wait in their connections (`heldAppOutput`) and go out when it returns.
     var engineCallDepth = 0
-    var heldAppOutput: [ClientConnection] = []
     /// The apps' processes: the engine's effects are carried out through it
     /// (held here, not looked up: freeze and thaw are on every wake's path).
     let apps: AppProcesses
+    /// The socket and its clients.
+    let clients: ClientConnections
     /// Counts decisions and acknowledgements (held here for the same reason).
     let metricsComponent: MetricsComponent
     /// The subsystems, in start order (`DaemonComponent`).
@@ -65,8 +60,6 @@ actor DaemonCore {
     var stopping = false
     /// What systemd is told (held here: the core tells it of every state change).
     let systemd: SystemdComponent
-    /// The listening socket systemd passed (socket activation), used instead of binding one.
-    var passedListener: UnixListener?
 
     init(
         config: DaemonConfig, socketPath: String, configFile: String?, onStop: StopPolicy? = nil, portKeeper: [String]? = nil,
@@ -75,26 +68,28 @@ actor DaemonCore {
         self.config = config
         let systemd = SystemdComponent(link: systemd)
         self.systemd = systemd
-        self.passedListener = passedListener
         self.onStop = onStop ?? config.onStop
         self.socketPath = socketPath
         self.configFile = configFile
         self.loop = loop
         self.logger = logger
         self.decisions = DecisionHistory(capacity: config.decisionLogSize, logger: logger)
+        clients = ClientConnections(passedListener: passedListener, limits: limits)
         let apps = AppProcesses(config: config, socketPath: socketPath, logger: logger)
         self.apps = apps
         let metrics = MetricsComponent()
         self.metricsComponent = metrics
         self.stateStore = StateStore(directory: config.stateDirectory, durability: config.durability)
         self.manifestPolicy = Self.manifestPolicy(for: config)
-        // Start order: the apps' processes first (adopted before anything
-        // delivers); Bluetooth before L2CAP (which uses its links); the
-        // stream layer before the transports whose sessions it carries (they
-        // take back what it read from sessions.json).
+        // Start order (the stop's is the reverse): metrics first (it counts
+        // from the start); the apps' processes (adopted and relaunched before
+        // anything delivers); the stream layer before the transports whose
+        // sessions it carries (they take back what it read from
+        // sessions.json); Bluetooth before L2CAP (which uses its links). The
+        // order is also that of systemd's status line.
         let components: [any DaemonComponent] = [
-            metrics, apps, BluetoothComponent(), RefreshComponent(), MQTTComponent(),
-            StreamSessions(), AccessoriesComponent(portKeeperCommand: portKeeper), L2CAPComponent(), DemoComponent(), systemd,
+            metrics, apps, StreamSessions(), AccessoriesComponent(portKeeperCommand: portKeeper), BluetoothComponent(),
+            L2CAPComponent(), RefreshComponent(), MQTTComponent(), DemoComponent(), systemd,
         ]
         self.components = components
         self.requestRoutes = Self.routes(for: components)
@@ -117,18 +112,13 @@ actor DaemonCore {
         stateStore.open(engine: engine, bluetooth: saved.bluetooth, logger: logger)
         // Listening before any app is woken or launched (nothing is accepted
         // before `start` returns: this runs on the loop's thread).
-        let listener = try passedListener ?? UnixListener.bind(path: socketPath, permissions: 0o666)
-        passedListener = nil
-        self.listener = listener
-        listenerWatch = try loop.watch(listener.fd, for: .readable) { [unowned self] _ in
-            self.assumeIsolated { $0.acceptClients() }
-        }
+        try clients.listen(path: socketPath, services: self)
         // Metrics first (before anything it counts happens), then the apps
         // (adopted, and relaunched for what they have not handled) before
         // any other component delivers.
         try startComponents(restoring: saved)
         logger.notice("listening", metadata: [
-            "socket": "\(socketPath)", "suspension": "\(apps.suspender.mechanism.rawValue)", "detail": "\(apps.suspender.detail)",
+            "socket": "\(socketPath)", "suspension": "\(apps.suspension.mechanism.rawValue)", "detail": "\(apps.suspension.detail)",
         ])
         rearmEngineTimer()
     }
@@ -138,12 +128,10 @@ actor DaemonCore {
     /// with `"terminate"` they are told `willTerminate`, given the exit grace,
     /// and killed with everything they started.
     func shutdown() async {
-        if let listenerWatch { loop.removeWatch(listenerWatch) }
-        listener?.close()
-        listener = nil
+        clients.stopListening(services: self)
         stopComponentIntake()
         await apps.endForStop(onStop, services: self)
-        for connection in connections.values { close(connection) }
+        clients.closeAll(services: self)
         apps.stopFollowing(services: self)
         if let engineTimer { loop.cancelTimer(engineTimer.id) }
         if let saveTimer { loop.cancelTimer(saveTimer) }
@@ -180,7 +168,7 @@ actor DaemonCore {
             // After the state changes' fan-out: a component's part may have changed there.
             saveSoonIfChanged()
             engineCallDepth -= 1
-            if engineCallDepth == 0 { flushHeldAppOutput() }
+            if engineCallDepth == 0 { clients.flushHeld(services: self) }
         }
         return try body(engine, now)
     }

@@ -4,15 +4,22 @@ import VigilSystem
 
 /// The core's side of `DaemonComponent`: one list, and every fan-out a loop
 /// over it.
-extension DaemonCore: DaemonServices {
+extension DaemonCore: DaemonServices, ConnectionHandler {
+    /// A connection closed: its components are told, and the engine that the
+    /// app it served has no connection now.
+    func connectionClosed(_ connection: ClientConnection, app: String?) {
+        componentsConnectionClosed(connection)
+        if let app { withEngine { engine, _ in engine.disconnected(app) } }
+    }
+
     var metrics: DaemonMetrics? { metricsComponent.endpoint?.metrics }
 
-    var connectionCount: Int { connections.count }
+    var connectionCount: Int { clients.count }
 
-    func connection(_ id: Int) -> ClientConnection? { connections[id] }
+    func connection(_ id: Int) -> ClientConnection? { clients.connection(id) }
 
     func connection(ofApp app: String) -> ClientConnection? {
-        appConnections[app].flatMap { connections[$0] }
+        clients.connection(ofApp: app)
     }
 
     func component<C: DaemonComponent>(_ type: C.Type) -> C? {
@@ -27,13 +34,21 @@ extension DaemonCore: DaemonServices {
     }
 
     func answer(_ outcome: Result<(any Message, [UInt8]), ProtocolError>, id: Int?, connectionID: Int) {
-        guard let connection = connections[connectionID] else { return }  // the client left meanwhile
+        guard let connection = clients.connection(connectionID) else { return }  // the client left meanwhile
         switch outcome {
         case let .success((reply, body)):
             send(reply, id: id, body: body, to: connection)
         case let .failure(error):
             if let id { send(ProtocolError(error.code, error.message), id: id, to: connection) }
         }
+    }
+
+    func send(frame: [UInt8], to connection: ClientConnection) {
+        clients.send(frame: frame, to: connection, services: self)
+    }
+
+    func close(_ connection: ClientConnection) {
+        clients.close(connection, services: self)
     }
 
     func statusChanged() { systemd.update(services: self) }
