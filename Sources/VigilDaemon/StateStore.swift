@@ -215,7 +215,9 @@ final class StateStore {
             if appsDue {
                 try checkpoint(engine)
             } else {
+                CrashPoint.reach("state.parts", .before)
                 try replace(path, with: stateFile(generation: generation))
+                CrashPoint.reach("state.parts", .after)
             }
             fileBehind = false
         } catch {
