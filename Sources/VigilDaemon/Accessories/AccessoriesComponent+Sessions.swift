@@ -220,6 +220,7 @@ extension AccessoriesComponent {
 
     func sessionEnded<S: DaemonServices>(_ session: Int, services: isolated S) {
         cancelReopen(session, services: services)
+        endLineControl(session, services: services)
         table.close(session)
     }
 
