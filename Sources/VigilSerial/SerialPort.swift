@@ -114,10 +114,12 @@ public final class SerialPort: Sendable {
         try check("tcgetattr", path: path) { tcgetattr(fd, &current) }
         var wanted = try settings.termios(from: current)
         try check("tcsetattr", path: path) { tcsetattr(fd, TCSANOW, &wanted) }
-        if settings.isCustomBaudRate {
-            try check("ioctl(TCSETS2, BOTHER \(settings.baudRate))", path: path) {
-                vigil_serial_set_speed(fd, UInt32(settings.baudRate))
+        if settings.isCustomBaudRate, vigil_serial_set_speed(fd, UInt32(settings.baudRate)) != 0 {
+            let error = errno
+            if error == ENOTTY || error == EINVAL {
+                throw SerialLineError.notSupported(path: path, operation: "a baud rate of \(settings.baudRate) (BOTHER)")
             }
+            throw SystemError(Errno(rawValue: error), "ioctl(TCSETS2, BOTHER \(settings.baudRate))", path: path)
         }
     }
 

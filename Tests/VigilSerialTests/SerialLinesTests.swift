@@ -30,7 +30,7 @@ import VigilSerial
     }
 
     @Test func rs485DelaysAreCheckedBeforeTheDriver() throws {
-        try withPortOnPty { port, _ throws in
+        _ = try withPortOnPty { port, _ throws in
             #expect(throws: SerialLineError.invalidValue("RS-485 delays must be 0 to 100 ms")) {
                 try port.setRS485(RS485Settings(delayBeforeSend: 101))
             }

@@ -253,10 +253,16 @@ class LineControlTests(AccessoryDaemonHarness):
 
     def test_line_requests_on_a_pty(self):
         connection_id = self.control.accessories()["accessories"][0]["connectionID"]
+        # umockdev's tty takes no termios2 (TCSETS2): a rate outside the table is refused by name.
+        with self.assertRaises(VigilError) as caught:
+            self.control.open_session(connection_id, "org.example.sensor", line_settings="250000 8N1")
+        self.assertEqual(caught.exception.code, "notSupported")
+        self.assertIn("a baud rate of 250000 (BOTHER)", caught.exception.message)
+        self.assertEqual(self.control.accessories()["sessions"], [])
         session = self.control.open_session(connection_id, "org.example.sensor",
-                                            line_settings="250000 8N1 nohupcl")["session"]
+                                            line_settings="230400 8N1 nohupcl")["session"]
         listed = self.control.accessories()["sessions"]
-        self.assertEqual([s["lineSettings"] for s in listed], ["250000 8N1 nohupcl"])
+        self.assertEqual([s["lineSettings"] for s in listed], ["230400 8N1 nohupcl"])
 
         # What the driver cannot do is an error naming the ioctl, never a silent no-op.
         self.assertIn("TIOCMGET", self.refused("notSupported", "sessionLines", session=session))
@@ -278,18 +284,17 @@ class LineControlTests(AccessoryDaemonHarness):
         finally:
             other.close()
 
-        # A pty takes a break (and ignores it); the reply waits for its end.
-        started = time.monotonic()
-        self.control.request("sendBreak", session=session, milliseconds=300)
-        self.assertGreaterEqual(time.monotonic() - started, 0.3)
+        # umockdev's tty refuses TIOCSBRK (a bare pty would take it and ignore it):
+        # refused by name, and nothing is left running (the next one is refused the same way,
+        # not as a break already in progress). The lab times a real one.
+        self.assertIn("TIOCSBRK", self.refused("notSupported", "sendBreak", session=session, milliseconds=300))
+        self.assertIn("TIOCSBRK", self.refused("notSupported", "sendBreak", session=session, milliseconds=300))
         # The session is unharmed: bytes still flow both ways.
         self.assertEqual(self.control.write(session, b"after"), 5)
         self.assertEqual(self.device("read 5"), "data " + b"after".hex())
         self.device("write " + b"back".hex())
         output = self.control.next_session_output(timeout=10)
         self.assertEqual((output.type, output.body), ("sessionData", b"back"))
-        with open(f"{self.dir}/vigild.log") as log:
-            self.assertIn(f"session {session}: break for 300 ms", log.read())
 
     def test_a_rate_out_of_range_is_refused_at_open(self):
         connection_id = self.control.accessories()["accessories"][0]["connectionID"]
