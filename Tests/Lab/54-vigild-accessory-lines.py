@@ -80,8 +80,15 @@ rules = acc.install_udev_rules()
 daemon = acc.Daemon("54", apps={})
 ctl = daemon.control
 host, dev = lab.usb_plug("lines", acc.VID, acc.PID, "Vigil Lab", "Vigil Lines", SERIAL)
-props = lab.udev_properties(host)
-usbmon = UsbMon(int(props["BUSNUM"]), int(props["DEVNUM"]))
+usb_device = os.path.realpath(f"/sys/class/tty/{os.path.basename(host)}/device/..")  # the interface's parent
+
+
+def sysfs_number(name: str) -> int:
+    with open(os.path.join(usb_device, name)) as f:
+        return int(f.read().strip())
+
+
+usbmon = UsbMon(sysfs_number("busnum"), sysfs_number("devnum"))
 daemon.wait(lambda: any(a["serialNumber"] == SERIAL for a in daemon.accessories()), 30, f"vigild to list {SERIAL}")
 connection = next(a for a in daemon.accessories() if a["serialNumber"] == SERIAL)["connectionID"]
 

@@ -109,7 +109,10 @@ class Lines:
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any], changed: Any = ()) -> Lines:
-        return cls(*(obj.get(name) is True for name in ("dtr", "rts", "cts", "dsr", "dcd", "ri")),
+        def up(name: str) -> bool:
+            return obj.get(name) is True
+
+        return cls(dtr=up("dtr"), rts=up("rts"), cts=up("cts"), dsr=up("dsr"), dcd=up("dcd"), ri=up("ri"),
                    changed=tuple(str(name) for name in changed or ()))
 
 
@@ -241,7 +244,8 @@ class AccessorySession:
 
     async def set_lines(self, *, dtr: bool | None = None, rts: bool | None = None) -> Lines:
         """Raises (True) or drops (False) DTR and/or RTS; None leaves a line as it is."""
-        members = {name: bool(value) for name, value in (("dtr", dtr), ("rts", rts)) if value is not None}
+        members: dict[str, Any] = {name: bool(value) for name, value in (("dtr", dtr), ("rts", rts))
+                                   if value is not None}
         return Lines.from_json((await self._owner.request("sessionLines", session=self.id, **members))["lines"])
 
     async def reset_pulse(self, milliseconds: int = 100) -> Lines:
