@@ -166,6 +166,18 @@ extension SerialPort {
         }
     }
 
+    /// Sets DTR and/or RTS (nil leaves a line as it is) in one TIOCMSET, so
+    /// both change at once: an ESP32's auto-reset circuit reads the pair, and
+    /// a USB adapter then sends one control request, not one per line.
+    public func setModemLines(dtr: Bool?, rts: Bool?) throws(SerialLineError) {
+        guard dtr != nil || rts != nil else { return }
+        var lines = try modemLines()
+        if let dtr { if dtr { lines.insert(.dtr) } else { lines.remove(.dtr) } }
+        if let rts { if rts { lines.insert(.rts) } else { lines.remove(.rts) } }
+        var bits = lines.rawValue
+        try lineCall("setting DTR/RTS (TIOCMSET)") { ioctl(fd, UInt(TIOCMSET), &bits) }
+    }
+
     /// Starts (TIOCSBRK) or ends (TIOCCBRK) a break: the line held at space.
     /// Non-blocking, unlike tcsendbreak: the caller times the break (the
     /// daemon with a loop timer).

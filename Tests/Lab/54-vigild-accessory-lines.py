@@ -15,7 +15,9 @@ own tty being opened (f_acm's SERIAL_STATE notifications).
    up, then down) pushed as `sessionLinesChanged`;
 6. `vigilctl accessory open --baud 250000 --no-hupcl --reset-pulse 150`:
    SET_LINE_CODING with 250000 bit/s (BOTHER), the pulse, and no drop of
-   DTR at the close (HUPCL cleared); then a session with `hupcl` does drop it.
+   DTR at the close (HUPCL cleared); then a session with `hupcl` does drop it;
+7. an app watching its lines with `wake`, frozen: the device opening its tty
+   wakes it with `session.lines` (DSR and DCD up).
 """
 # lab-timeout: 240
 import os
@@ -32,6 +34,7 @@ import accessory_lab as acc  # noqa: E402
 from accessory_lab import VigilError, log  # noqa: E402
 
 SERIAL = "VL-LINES-01"
+WATCHER_APP = "org.vigil.lab.linewatcher"
 PROTOCOL = "org.vigil.sensor"
 
 
@@ -77,7 +80,10 @@ class UsbMon:
 lab.udev_up()
 lab.usb_init(2)
 rules = acc.install_udev_rules()
-daemon = acc.Daemon("54", apps={})
+daemon = acc.Daemon("54", apps={
+    WATCHER_APP: {"declares": ["org.vigil.sensor"],
+                  "args": ["--accessory-protocol", "org.vigil.sensor", "--watch-lines", "wake"]},
+})
 ctl = daemon.control
 host, dev = lab.usb_plug("lines", acc.VID, acc.PID, "Vigil Lab", "Vigil Lines", SERIAL)
 usb_device = os.path.realpath(f"/sys/class/tty/{os.path.basename(host)}/device/..")  # the interface's parent
@@ -116,6 +122,9 @@ ctl.request("sessionLines", session=session, dtr=False, rts=False)
 time.sleep(0.15)
 after = ctl.request("sessionLines", session=session, dtr=True, rts=True)["lines"]
 usbmon.wait_for([("22", "0000"), ("22", "0003")], mark, 10, "the reset pulse")
+pulse = [value for request, value, _ in usbmon.seen()[mark:] if request == "22"]
+if pulse != ["0000", "0003"]:  # both lines at once (TIOCMSET), never one before the other
+    raise LabError(f"the pulse should be two SET_CONTROL_LINE_STATE requests, 0000 and 0003: {pulse}")
 if not (after["dtr"] and after["rts"]):
     raise LabError(f"DTR and RTS should be up after the pulse: {after}")
 log("2. reset pulse: SET_CONTROL_LINE_STATE 0000 then 0003 seen on the wire")
@@ -179,6 +188,22 @@ session = ctl.open_session(connection, PROTOCOL, line_settings="57600 8N1 hupcl"
 ctl.close_session(session)
 usbmon.wait_for([("22", "0000")], mark, 10, "the close with HUPCL dropping DTR")
 log("   with hupcl the close drops DTR and RTS (0000)")
+
+# ------------------------------------------- 7. a line change wakes an app ----
+ctl.app_action("launch", WATCHER_APP)
+watching = daemon.wait(lambda: daemon.records_of(WATCHER_APP, "watchingLines"), 60, "the app watching its lines")[0]
+ctl.app_action("background", WATCHER_APP)
+daemon.wait_state(WATCHER_APP, "suspended")
+log(f"7. app suspended, watching its lines (then {watching['lines']})")
+device_fd = lab.open_raw(dev)
+event = daemon.wait(lambda: daemon.events(WATCHER_APP, "session.lines"), 30, "session.lines in the app")[0]
+if not (event["attributes"]["dsr"] and event["attributes"]["dcd"]):
+    raise LabError(f"session.lines without DSR and DCD up: {event}")
+wakes = [d for d in daemon.decisions(WATCHER_APP, "wake") if "session.lines" in d["reason"]]
+if not wakes:
+    raise LabError(f"the app was not woken by session.lines: {daemon.decisions(WATCHER_APP)}")
+os.close(device_fd)
+log(f"   woken by session.lines: {event['attributes']} ({wakes[0]['reason']})")
 
 daemon.stop()
 rules.remove()

@@ -17,8 +17,12 @@ import VigilSerial
             #expect(throws: SerialLineError.notSupported(path: port.path, operation: "RS-485 (TIOCSRS485)")) {
                 try port.setRS485(RS485Settings())
             }
-            // Input lines only: nothing to set, so nothing is asked of the driver.
+            #expect(throws: SerialLineError.notSupported(path: port.path, operation: "modem lines (TIOCMGET)")) {
+                try port.setModemLines(dtr: true, rts: false)
+            }
+            // Input lines only, or none: nothing to set, so nothing is asked of the driver.
             try port.setModemLines([.cts, .dsr], up: true)
+            try port.setModemLines(dtr: nil, rts: nil)
         }
     }
 

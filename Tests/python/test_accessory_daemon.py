@@ -266,7 +266,7 @@ class LineControlTests(AccessoryDaemonHarness):
 
         # What the driver cannot do is an error naming the ioctl, never a silent no-op.
         self.assertIn("TIOCMGET", self.refused("notSupported", "sessionLines", session=session))
-        self.assertIn("TIOCMBIC", self.refused("notSupported", "sessionLines", session=session, dtr=False))
+        self.assertIn("TIOCMGET", self.refused("notSupported", "sessionLines", session=session, dtr=False))
         self.refused("notSupported", "watchSessionLines", session=session, enabled=True, wake=True)
         self.assertIn("TIOCSRS485", self.refused("notSupported", "sessionRS485", session=session,
                                                    rs485={"enabled": True, "delayAfterSend": 2}))

@@ -44,8 +44,7 @@ extension AccessoriesComponent {
             case SetSessionLines.type:
                 let request: SetSessionLines = try message.decode()
                 let port = try linePort(request.session, holder: holder, services: services)
-                if let dtr = request.dtr { try lineCall { () throws(SerialLineError) in try port.setModemLines(.dtr, up: dtr) } }
-                if let rts = request.rts { try lineCall { () throws(SerialLineError) in try port.setModemLines(.rts, up: rts) } }
+                try lineCall { () throws(SerialLineError) in try port.setModemLines(dtr: request.dtr, rts: request.rts) }
                 if request.dtr != nil || request.rts != nil {
                     services.logger.info("session \(request.session): \(request.dtr.map { "DTR \($0 ? "up" : "down") " } ?? "")\(request.rts.map { "RTS \($0 ? "up" : "down")" } ?? "")")
                 }
