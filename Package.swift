@@ -225,7 +225,7 @@ let package = Package(
         .testTarget(
             name: "VigilDaemonTests",
             dependencies: ["VigilDaemon", "VigilConfig", "VigilStreams", "VigilLifecycle", "VigilProtocol", "VigilSystem",
-                           .product(name: "Logging", package: "swift-log")],
+                           "VigilAccessories", "VigilSerial", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict),
         .testTarget(name: "VigilSerialTests", dependencies: ["VigilSerial"], swiftSettings: strict),
         .testTarget(

@@ -49,3 +49,37 @@ int vigil_openpty(int *controller, int *device, char *name, size_t name_size) {
     memcpy(name, path, strlen(path) + 1);
     return 0;
 }
+
+int vigil_serial_modem_counters(int fd, vigil_modem_counters *counters) {
+    struct serial_icounter_struct icount;
+    memset(&icount, 0, sizeof icount);
+    if (ioctl(fd, TIOCGICOUNT, &icount) != 0) return -1;
+    counters->cts = icount.cts;
+    counters->dsr = icount.dsr;
+    counters->rng = icount.rng;
+    counters->dcd = icount.dcd;
+    return 0;
+}
+
+int vigil_serial_get_rs485(int fd, vigil_rs485 *settings) {
+    struct serial_rs485 rs485;
+    memset(&rs485, 0, sizeof rs485);
+    if (ioctl(fd, TIOCGRS485, &rs485) != 0) return -1;
+    settings->flags = rs485.flags;
+    settings->delay_rts_before_send = rs485.delay_rts_before_send;
+    settings->delay_rts_after_send = rs485.delay_rts_after_send;
+    return 0;
+}
+
+int vigil_serial_set_rs485(int fd, vigil_rs485 *settings) {
+    struct serial_rs485 rs485;
+    memset(&rs485, 0, sizeof rs485);
+    rs485.flags = settings->flags;
+    rs485.delay_rts_before_send = settings->delay_rts_before_send;
+    rs485.delay_rts_after_send = settings->delay_rts_after_send;
+    if (ioctl(fd, TIOCSRS485, &rs485) != 0) return -1;
+    settings->flags = rs485.flags;
+    settings->delay_rts_before_send = rs485.delay_rts_before_send;
+    settings->delay_rts_after_send = rs485.delay_rts_after_send;
+    return 0;
+}

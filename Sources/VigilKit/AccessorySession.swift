@@ -96,6 +96,46 @@ public final class AccessorySession: Sendable {
         }
     }
 
+    // MARK: Serial line control (docs/protocol.md, "Serial line control")
+
+    /// The modem lines now. Throws `notSupported` where the driver has none (a pty).
+    public func lines() async throws -> SessionLines {
+        try await session.request(SetSessionLines(session: id), expecting: SessionLinesReply.self).lines
+    }
+
+    /// Raises or drops DTR and/or RTS (nil leaves a line as it is); returns every line after.
+    @discardableResult
+    public func setLines(dtr: Bool? = nil, rts: Bool? = nil) async throws -> SessionLines {
+        try await session.request(SetSessionLines(session: id, dtr: dtr, rts: rts), expecting: SessionLinesReply.self).lines
+    }
+
+    /// Holds the line at space for `milliseconds`; returns when the break is over.
+    public func sendBreak(milliseconds: Int) async throws {
+        _ = try await session.request(SendBreak(session: id, milliseconds: milliseconds), expecting: Done.self)
+    }
+
+    /// Reports changes of CTS, DSR, DCD and RI as `.lines` items of
+    /// `incoming`. With `wake` a change wakes the suspended app; without, it
+    /// waits (coalesced) until the app runs for another reason.
+    @discardableResult
+    public func watchLines(wake: Bool = false, intervalMilliseconds: Int? = nil) async throws -> SessionLines {
+        try await session.request(
+            WatchSessionLines(session: id, enabled: true, wake: wake, intervalMilliseconds: intervalMilliseconds),
+            expecting: SessionLinesReply.self).lines
+    }
+
+    /// Stops the reports of `watchLines`.
+    public func stopWatchingLines() async throws {
+        _ = try await session.request(WatchSessionLines(session: id, enabled: false), expecting: SessionLinesReply.self)
+    }
+
+    /// Applies RS-485 settings; returns what the driver took. Throws
+    /// `notSupported` where the driver has no RS-485 mode.
+    @discardableResult
+    public func setRS485(_ settings: RS485Config) async throws -> RS485Config {
+        try await session.request(SetSessionRS485(session: id, rs485: settings), expecting: RS485Reply.self).rs485
+    }
+
     /// Ends the session. What `incoming` holds that was not consumed yet counts
     /// as handled (it is acknowledged, so it is not redelivered); if the session
     /// was still open, `incoming` yields `.closed` and finishes.
@@ -118,6 +158,9 @@ extension AccessorySession {
         case interrupted(reason: String)
         /// The accessory is back, on a new connection id; the session goes on.
         case reopened(AccessoryInfo)
+        /// Watched modem lines changed (`watchLines`): the lines now, and the
+        /// input lines that changed since the last report ("cts", "dsr", "dcd", "ri").
+        case lines(SessionLines, changed: [String])
         /// The session is over; nothing follows.
         case closed(reason: String)
     }
@@ -198,6 +241,8 @@ extension AccessorySession {
             case let .reopened(_, accessory):
                 opened(accessory)
                 return .reopened(accessory)
+            case let .lines(_, lines, changed):
+                return .lines(lines, changed: changed)
             case .connected, .disconnected:
                 return nil
             }

@@ -55,6 +55,31 @@ extension ControlClient {
         }
     }
 
+    /// Sets DTR and/or RTS of a session (nil leaves a line as it is) and reads every line.
+    @discardableResult
+    public func sessionLines(_ session: Int, dtr: Bool? = nil, rts: Bool? = nil) async throws -> SessionLines {
+        try await connection.request(SetSessionLines(session: session, dtr: dtr, rts: rts), expecting: SessionLinesReply.self).lines
+    }
+
+    /// Sends a break of `milliseconds`; returns when it is over.
+    public func sendBreak(session: Int, milliseconds: Int) async throws {
+        _ = try await connection.request(SendBreak(session: session, milliseconds: milliseconds), expecting: Done.self)
+    }
+
+    /// Watches the session's input lines: changes come on its output as `.lines`.
+    @discardableResult
+    public func watchSessionLines(_ session: Int, enabled: Bool = true, intervalMilliseconds: Int? = nil) async throws -> SessionLines {
+        try await connection.request(
+            WatchSessionLines(session: session, enabled: enabled, intervalMilliseconds: intervalMilliseconds),
+            expecting: SessionLinesReply.self).lines
+    }
+
+    /// Applies RS-485 settings to a session; returns what the driver took.
+    @discardableResult
+    public func setRS485(session: Int, _ settings: RS485Config) async throws -> RS485Config {
+        try await connection.request(SetSessionRS485(session: session, rs485: settings), expecting: RS485Reply.self).rs485
+    }
+
     /// Closes a session this client opened; its output finishes.
     public func closeSession(_ session: Int) async throws {
         defer { pushes.removeSession(session) }
@@ -87,5 +112,7 @@ public struct ControlSession: Sendable {
         /// A `reopen` session lost its accessory (`reason`); data follows
         /// again on this stream once the accessory returns.
         case waitingToReopen(reason: String)
+        /// Watched modem lines changed (`watchSessionLines`).
+        case lines(SessionLines, changed: [String])
     }
 }

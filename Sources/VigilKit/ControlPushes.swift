@@ -43,6 +43,9 @@ final class ControlPushes: Sendable {
         case SessionData.type:
             let session = try message.decode(SessionData.self).session
             state.withLock { $0.sessions[session] }?.yield(.data(message.body))
+        case SessionLinesChanged.type:
+            let changed = try message.decode(SessionLinesChanged.self)
+            state.withLock { $0.sessions[changed.session] }?.yield(.lines(changed.lines, changed: changed.changed))
         case SessionClosed.type:
             let closed = try message.decode(SessionClosed.self)
             if closed.willReopen == true {

@@ -50,6 +50,8 @@ public enum AccessoryEventContent: Sendable, Equatable {
     case closed(session: Int, reason: String, willReopen: Bool)
     case reopened(session: Int, accessory: AccessoryInfo)
     case loss(session: Int, SessionLoss)
+    /// Watched modem lines changed: their state now, and which changed.
+    case lines(session: Int, SessionLines, changed: [String])
 
     /// Decodes an event of an accessory kind; nil for any other kind. Malformed
     /// attributes of an accessory kind throw `invalidArgument`.
@@ -77,6 +79,9 @@ public enum AccessoryEventContent: Sendable, Equatable {
                     parityErrors: try Self.integer("parityErrors", in: attributes, of: kind),
                     frameErrors: try Self.integer("frameErrors", in: attributes, of: kind),
                     interruptedReads: attributes["interruptedReads"] == nil ? 0 : try Self.integer("interruptedReads", in: attributes, of: kind)))
+        case AccessoryEventKind.lines:
+            let changed: [String] = if case let .array(names)? = attributes["changed"] { names.compactMap(\.stringValue) } else { [] }
+            self = .lines(session: try Self.integer("session", in: attributes, of: kind), SessionLines(attributes: attributes), changed: changed)
         default:
             return nil
         }
@@ -86,7 +91,8 @@ public enum AccessoryEventContent: Sendable, Equatable {
     public var session: Int? {
         switch self {
         case .connected, .disconnected: nil
-        case let .data(session), let .closed(session, _, _), let .reopened(session, _), let .loss(session, _): session
+        case let .data(session), let .closed(session, _, _), let .reopened(session, _), let .loss(session, _),
+             let .lines(session, _, _): session
         }
     }
 

@@ -227,4 +227,6 @@ public enum AccessoryEventKind {
     public static let closed = "session.closed"
     public static let reopened = "session.reopened"
     public static let loss = "session.loss"
+    /// A watched modem line changed (`watchSessionLines`).
+    public static let lines = "session.lines"
 }

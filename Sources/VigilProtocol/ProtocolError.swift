@@ -28,6 +28,9 @@ public struct ProtocolError: Error, Message, Equatable, CustomStringConvertible 
         case notConnected
         /// The device or BlueZ refused the operation; the message names BlueZ's error.
         case deviceError
+        /// The device's driver has no such control: modem lines on a pty,
+        /// RS-485 on most USB adapters, BOTHER rates on some drivers.
+        case notSupported
         /// A client-side code: the connection to the daemon is gone.
         case disconnected
         /// A code this client does not know (a newer daemon's): per request, not fatal.

@@ -114,6 +114,13 @@ public final class SerialPort: Sendable {
         try check("tcgetattr", path: path) { tcgetattr(fd, &current) }
         var wanted = try settings.termios(from: current)
         try check("tcsetattr", path: path) { tcsetattr(fd, TCSANOW, &wanted) }
+        if settings.isCustomBaudRate, vigil_serial_set_speed(fd, UInt32(settings.baudRate)) != 0 {
+            let error = errno
+            if error == ENOTTY || error == EINVAL {
+                throw SerialLineError.notSupported(path: path, operation: "a baud rate of \(settings.baudRate) (BOTHER)")
+            }
+            throw SystemError(Errno(rawValue: error), "ioctl(TCSETS2, BOTHER \(settings.baudRate))", path: path)
+        }
     }
 
     /// The settings the driver reports now. On a pty these are not what was
@@ -121,7 +128,16 @@ public final class SerialPort: Sendable {
     public func currentSettings() throws -> SerialSettings? {
         var current = termios()
         try check("tcgetattr", path: path) { tcgetattr(fd, &current) }
-        return SerialSettings(termios: current)
+        var rate: UInt32 = 0
+        let custom = vigil_serial_get_speed(fd, &rate) == 0 ? Int(rate) : nil
+        return SerialSettings(termios: current, rate: custom)
+    }
+
+    /// Whether the last close drops DTR and RTS (HUPCL), as the driver has it now.
+    public func hangsUpOnClose() throws -> Bool {
+        var current = termios()
+        try check("tcgetattr", path: path) { tcgetattr(fd, &current) }
+        return current.c_cflag & tcflag_t(HUPCL) != 0
     }
 
     /// Reads what is available, up to `buffer.count` (which must not be 0).

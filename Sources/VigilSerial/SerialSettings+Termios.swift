@@ -1,8 +1,8 @@
 import Glibc
 
 extension SerialSettings {
-    /// Rate -> termios constant; Linux has no arbitrary-rate API in termios
-    /// (BOTHER needs termios2, which no accessory here has needed).
+    /// Rate -> termios constant. Other rates go through termios2 and BOTHER
+    /// (`SerialPort.apply`), which glibc's termios cannot express.
     static let baudConstants: [(rate: Int, speed: speed_t)] = [
         (50, speed_t(B50)), (75, speed_t(B75)), (110, speed_t(B110)), (134, speed_t(B134)),
         (150, speed_t(B150)), (200, speed_t(B200)), (300, speed_t(B300)), (600, speed_t(B600)),
@@ -55,16 +55,21 @@ extension SerialSettings {
             cc[Int(VSTART)] = 0x11
             cc[Int(VSTOP)] = 0x13
         }
-        let speed = Self.baudConstants.first { $0.rate == baudRate }!.speed  // validated above
+        if let hangupOnClose {
+            if hangupOnClose { result.c_cflag |= tcflag_t(HUPCL) } else { result.c_cflag &= ~tcflag_t(HUPCL) }
+        }
+        // A custom rate is set afterwards with BOTHER; B38400 stands in until then.
+        let speed = Self.baudConstants.first { $0.rate == baudRate }?.speed ?? speed_t(B38400)
         cfsetispeed(&result, speed)
         cfsetospeed(&result, speed)
         return result
     }
 
-    /// What a termios says, or nil for a speed outside the table.
-    init?(termios: termios) {
+    /// What a termios says, or nil for a speed outside the table (unless
+    /// `rate`, read with termios2, says what it is).
+    init?(termios: termios, rate customRate: Int? = nil) {
         let speed = withUnsafePointer(to: termios) { cfgetospeed($0) }
-        guard let rate = Self.baudConstants.first(where: { $0.speed == speed })?.rate else { return nil }
+        guard let rate = Self.baudConstants.first(where: { $0.speed == speed })?.rate ?? customRate else { return nil }
         let cflag = termios.c_cflag
         let dataBits = switch cflag & tcflag_t(CSIZE) {
         case tcflag_t(CS5): 5

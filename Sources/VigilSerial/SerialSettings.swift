@@ -6,7 +6,9 @@
 /// Values are checked when parsed, decoded or applied, never silently clamped:
 /// a wrong speed gives garbage on the wire that nobody could debug.
 public struct SerialSettings: Sendable, Hashable, Codable, CustomStringConvertible {
-    /// Bits per second; one of `supportedBaudRates`.
+    /// Bits per second: one of `supportedBaudRates`, or any rate in
+    /// `customBaudRates` (set with termios2 and BOTHER, e.g. 250000 for 3D
+    /// printers or 1250000; the driver picks the nearest its clock can make).
     public var baudRate: Int
     /// 5 to 8.
     public var dataBits: Int
@@ -14,6 +16,13 @@ public struct SerialSettings: Sendable, Hashable, Codable, CustomStringConvertib
     /// 1 or 2.
     public var stopBits: Int
     public var flowControl: FlowControl
+    /// HUPCL: whether the last close of the port drops DTR and RTS (which
+    /// resets an Arduino or ESP32 whose auto-reset circuit watches DTR). nil
+    /// keeps what the driver has; `false` (text `nohupcl`) makes the port
+    /// leave the lines up when closed, so later opens do not reset the
+    /// device. Linux still raises DTR at every open: only a port closed with
+    /// HUPCL off (or never dropped) avoids the low-to-high edge.
+    public var hangupOnClose: Bool?
 
     public enum Parity: String, Sendable, Hashable, Codable, CaseIterable {
         case none, even, odd
@@ -41,6 +50,13 @@ public struct SerialSettings: Sendable, Hashable, Codable, CustomStringConvertib
     /// The speeds Linux has a termios constant for (B50 ... B4000000).
     public static let supportedBaudRates: [Int] = baudConstants.map(\.rate)
 
+    /// Any rate in this range is accepted; one outside the table is set
+    /// with BOTHER (termios2), where the driver supports it.
+    public static let customBaudRates = 50...20_000_000
+
+    /// Whether `baudRate` needs BOTHER (no termios constant).
+    public var isCustomBaudRate: Bool { !Self.supportedBaudRates.contains(baudRate) }
+
     /// 115200 8N1, no flow control: what most USB CDC-ACM and FTDI accessories expect.
     public static let `default` = SerialSettings()
 
@@ -51,13 +67,15 @@ public struct SerialSettings: Sendable, Hashable, Codable, CustomStringConvertib
         dataBits: Int = 8,
         parity: Parity = .none,
         stopBits: Int = 1,
-        flowControl: FlowControl = .none
+        flowControl: FlowControl = .none,
+        hangupOnClose: Bool? = nil
     ) {
         self.baudRate = baudRate
         self.dataBits = dataBits
         self.parity = parity
         self.stopBits = stopBits
         self.flowControl = flowControl
+        self.hangupOnClose = hangupOnClose
     }
 
     /// Parses the text form: whitespace- or comma-separated tokens in any
@@ -66,7 +84,8 @@ public struct SerialSettings: Sendable, Hashable, Codable, CustomStringConvertib
     /// - a number: the baud rate, e.g. `9600`;
     /// - framing: data bits, parity letter (N, E, O), stop bits, e.g. `8N1`, `7e2`;
     /// - flow control: `none`, `rtscts` (also `crtscts`, `hw`),
-    ///   `xonxoff` (also `ixon`, `sw`).
+    ///   `xonxoff` (also `ixon`, `sw`);
+    /// - `hupcl` or `nohupcl` (also `-hupcl`): whether closing drops DTR.
     ///
     /// The error names the offending token.
     public init(parsing text: String) throws(SerialSettingsError) {
@@ -81,6 +100,9 @@ public struct SerialSettings: Sendable, Hashable, Codable, CustomStringConvertib
             if let rate = Int(token) {
                 try once("baud rate", token)
                 baudRate = rate
+            } else if let hangup = Self.hangupNames[lowered] {
+                try once("hupcl", token)
+                hangupOnClose = hangup
             } else if let flow = Self.flowControlNames[lowered] {
                 try once("flow control", token)
                 flowControl = flow
@@ -98,15 +120,18 @@ public struct SerialSettings: Sendable, Hashable, Codable, CustomStringConvertib
         }
     }
 
-    /// "115200 8N1", with the flow control appended unless it is `none`.
+    /// "115200 8N1", with the flow control appended unless it is `none`,
+    /// then `hupcl` or `nohupcl` when set.
     public var description: String {
-        let framing = "\(baudRate) \(dataBits)\(parity.letter)\(stopBits)"
-        return flowControl == .none ? framing : "\(framing) \(flowControl.rawValue)"
+        var text = "\(baudRate) \(dataBits)\(parity.letter)\(stopBits)"
+        if flowControl != .none { text += " \(flowControl.rawValue)" }
+        if let hangupOnClose { text += hangupOnClose ? " hupcl" : " nohupcl" }
+        return text
     }
 
     /// Throws the first value that cannot be put on a Linux serial line.
     public func validate() throws(SerialSettingsError) {
-        guard Self.supportedBaudRates.contains(baudRate) else { throw .unsupportedBaudRate(baudRate) }
+        guard Self.customBaudRates.contains(baudRate) else { throw .unsupportedBaudRate(baudRate) }
         guard (5...8).contains(dataBits) else { throw .invalidDataBits(dataBits) }
         guard stopBits == 1 || stopBits == 2 else { throw .invalidStopBits(stopBits) }
     }
@@ -120,9 +145,12 @@ public struct SerialSettings: Sendable, Hashable, Codable, CustomStringConvertib
             dataBits: try container.decodeIfPresent(Int.self, forKey: .dataBits) ?? defaults.dataBits,
             parity: try container.decodeIfPresent(Parity.self, forKey: .parity) ?? defaults.parity,
             stopBits: try container.decodeIfPresent(Int.self, forKey: .stopBits) ?? defaults.stopBits,
-            flowControl: try container.decodeIfPresent(FlowControl.self, forKey: .flowControl) ?? defaults.flowControl)
+            flowControl: try container.decodeIfPresent(FlowControl.self, forKey: .flowControl) ?? defaults.flowControl,
+            hangupOnClose: try container.decodeIfPresent(Bool.self, forKey: .hangupOnClose))
         try validate()
     }
+
+    private static let hangupNames: [String: Bool] = ["hupcl": true, "nohupcl": false, "-hupcl": false]
 
     private static let flowControlNames: [String: FlowControl] = [
         "none": .none, "rtscts": .rtsCts, "crtscts": .rtsCts, "hw": .rtsCts,
@@ -150,7 +178,7 @@ public enum SerialSettingsError: Error, Sendable, Hashable, CustomStringConverti
     indirect case invalidToken(String, SerialSettingsError)
     /// A second baud rate, framing or flow control.
     case duplicate(kind: String, token: String)
-    /// Linux has no termios constant for this speed.
+    /// Outside `customBaudRates`.
     case unsupportedBaudRate(Int)
     case invalidDataBits(Int)
     case invalidStopBits(Int)
@@ -159,14 +187,14 @@ public enum SerialSettingsError: Error, Sendable, Hashable, CustomStringConverti
         switch self {
         case .unknownToken(let token):
             "serial settings: unknown token \"\(token)\" (expected a baud rate such as 115200, "
-                + "framing such as 8N1, or flow control: none, rtscts, xonxoff)"
+                + "framing such as 8N1, flow control: none, rtscts, xonxoff, or hupcl/nohupcl)"
         case .invalidToken(let token, let error):
             "\(error) in \"\(token)\""
         case .duplicate(let kind, let token):
             "serial settings: \"\(token)\" is a second \(kind)"
         case .unsupportedBaudRate(let rate):
-            "serial settings: unsupported baud rate \(rate) (supported: "
-                + SerialSettings.supportedBaudRates.map(String.init).joined(separator: ", ") + ")"
+            "serial settings: unsupported baud rate \(rate) (must be \(SerialSettings.customBaudRates.lowerBound) "
+                + "to \(SerialSettings.customBaudRates.upperBound))"
         case .invalidDataBits(let bits):
             "serial settings: \(bits) data bits (must be 5 to 8)"
         case .invalidStopBits(let bits):

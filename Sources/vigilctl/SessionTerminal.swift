@@ -38,6 +38,8 @@ struct SessionTerminal {
                     return reason
                 case let .waitingToReopen(reason):
                     Self.note("\(name) waits for \(waitsFor): \(reason)")
+                case let .lines(lines, changed):
+                    Self.note("\(name): \(changed.joined(separator: ", ")) changed; lines now \(AccessoryOpen.describe(lines))")
                 }
             }
             report.yield(.outputEnded)

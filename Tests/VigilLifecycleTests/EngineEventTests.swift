@@ -307,6 +307,25 @@ struct EngineEventTests {
         #expect(h.host.events(to: id).map(\.kind) == ["a", "b"])
     }
 
+    @Test func aValueMergedIntoTheWaitingEventOfAnAppEndedAtTheLaunchTimeoutRelaunchesIt() throws {
+        // A heart-rate strap's values merge into the one waiting event
+        // (`merge`), so after a launch timeout no new event comes: the merge
+        // itself must relaunch, as the next event would (lab 55 under load).
+        let h = Harness()
+        _ = try h.engine.deliver(QueuedEvent(kind: "notification", payload: [1], stream: "values"), to: id, now: h.now)
+        let pid = try #require(h.pid(id))
+        h.advance(h.engine.timings.launchTimeout + 0.1)
+        #expect(h.state(id) == .notRunning)
+        h.engine.processExited(id, pid: pid, status: "signal 9", crashed: false, now: h.now)
+        h.advance(h.engine.timings.relaunchWindow * 2)
+        #expect(h.host.starts.count == 1)
+        #expect(h.engine.merge([2], into: id, if: { $0.stream == "values" }, now: h.now) != nil)
+        #expect(h.host.starts.count == 2, "relaunched for the merged value")
+        #expect(h.state(id) == .background)
+        _ = h.engine.connected(id, now: h.now)
+        #expect(h.host.events(to: id).map(\.kind) == ["notification"], "one event, the value merged into it")
+    }
+
     @Test func aForegroundLaunchHasNoLaunchTimeout() throws {
         let h = Harness()
         try h.engine.launch(id, now: h.now)

@@ -26,9 +26,25 @@ import VigilSerial
         SerialSettings(baudRate: 50, dataBits: 5, parity: .odd, stopBits: 2, flowControl: .xonXoff),
         SerialSettings(baudRate: 4_000_000, dataBits: 6, parity: .even, stopBits: 1, flowControl: .rtsCts),
         SerialSettings(baudRate: 9600, dataBits: 7, parity: .none, stopBits: 2, flowControl: .none),
+        SerialSettings(baudRate: 250_000, hangupOnClose: false),
+        SerialSettings(baudRate: 1_250_000, flowControl: .rtsCts, hangupOnClose: true),
     ])
     func descriptionRoundTrips(settings: SerialSettings) throws {
         #expect(try SerialSettings(parsing: settings.description) == settings)
+    }
+
+    @Test func customRatesAndHupclParse() throws {
+        let settings = try SerialSettings(parsing: "250000 8N1 nohupcl")
+        #expect(settings.baudRate == 250_000)
+        #expect(settings.isCustomBaudRate)
+        #expect(settings.hangupOnClose == false)
+        #expect(settings.description == "250000 8N1 nohupcl")
+        #expect(try SerialSettings(parsing: "-hupcl").hangupOnClose == false)
+        #expect(try SerialSettings(parsing: "HUPCL 9600").hangupOnClose == true)
+        #expect(try SerialSettings(parsing: "9600").hangupOnClose == nil)
+        #expect(try !SerialSettings(parsing: "115200").isCustomBaudRate)
+        let decoded = try JSONDecoder().decode(SerialSettings.self, from: Data(#"{"baudRate":1250000,"hangupOnClose":false}"#.utf8))
+        #expect(decoded == SerialSettings(baudRate: 1_250_000, hangupOnClose: false))
     }
 
     @Test func everySupportedRateRoundTrips() throws {
@@ -43,7 +59,9 @@ import VigilSerial
         let cases: [(String, SerialSettingsError, String)] = [
             ("115200 8X1", .unknownToken("8X1"), "\"8X1\""),
             ("115200 8N1 fast", .unknownToken("fast"), "\"fast\""),
-            ("123 8N1", .invalidToken("123", .unsupportedBaudRate(123)), "\"123\""),
+            ("12 8N1", .invalidToken("12", .unsupportedBaudRate(12)), "\"12\""),
+            ("30000000", .invalidToken("30000000", .unsupportedBaudRate(30_000_000)), "\"30000000\""),
+            ("hupcl nohupcl", .duplicate(kind: "hupcl", token: "nohupcl"), "\"nohupcl\""),
             ("115200 9N1", .invalidToken("9N1", .invalidDataBits(9)), "\"9N1\""),
             ("115200 8N3", .invalidToken("8N3", .invalidStopBits(3)), "\"8N3\""),
             ("9600 19200", .duplicate(kind: "baud rate", token: "19200"), "\"19200\""),
@@ -60,7 +78,8 @@ import VigilSerial
     }
 
     @Test func validateRejectsValuesSetDirectly() {
-        #expect(throws: SerialSettingsError.unsupportedBaudRate(100)) { try SerialSettings(baudRate: 100).validate() }
+        #expect(throws: SerialSettingsError.unsupportedBaudRate(49)) { try SerialSettings(baudRate: 49).validate() }
+        #expect(throws: SerialSettingsError.unsupportedBaudRate(0)) { try SerialSettings(baudRate: 0).validate() }
         #expect(throws: SerialSettingsError.invalidDataBits(4)) { try SerialSettings(dataBits: 4).validate() }
         #expect(throws: SerialSettingsError.invalidStopBits(0)) { try SerialSettings(stopBits: 0).validate() }
     }

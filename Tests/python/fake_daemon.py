@@ -66,7 +66,7 @@ class FakeDaemon:
 
     def _record(self, message):
         with self._lock:
-            self.requests.append(message.header)
+            self.requests.append(dict(message.header, receivedAt=time.monotonic()))
             if message.type == "write":
                 self.bodies.append(message.body)
 
@@ -141,6 +141,15 @@ class _Peer:
                 self.send({"type": "sessionClosed", "session": 3, "reason": "the accessory was unplugged"})
             else:
                 self.send({"type": "sessionData", "session": 3}, message.body.upper())
+        elif kind == "sessionLines":
+            # Serial line control (docs/protocol.md, "Serial line control"): the lines follow the requests.
+            self.lines = dict(getattr(self, "lines", {"dtr": True, "rts": True, "cts": False, "dsr": True,
+                                                      "dcd": True, "ri": False}))
+            self.lines.update({name: message[name] for name in ("dtr", "rts") if name in message.header})
+            self.reply(message, lines=self.lines)
+        elif kind == "sendBreak":
+            time.sleep(message["milliseconds"] / 1000)
+            self.reply(message)
         elif kind == "registerForAccessoryNotifications":
             self.reply(message)
             if message.get("enabled"):

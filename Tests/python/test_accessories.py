@@ -126,6 +126,29 @@ class VigilctlTests(FakeDaemonTestCase):
         self.assertEqual(self.daemon.requests_of("openSession")[0]["lineSettings"], "9600 8N1")
         self.assertEqual(len(self.daemon.requests_of("closeSession")), 1)
 
+    def test_open_with_a_rigs_line_control(self):
+        result = self.vigilctl("accessory", "open", "7", "--protocol", PROTOCOL, "--line-settings", "9600 8N1 hupcl",
+                               "--baud", "250000", "--no-hupcl", "--reset-pulse", "200", "--send-break", "50")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        # --baud and --no-hupcl replace the settings' own tokens of their kind.
+        self.assertEqual(self.daemon.requests_of("openSession")[0]["lineSettings"], "250000 8N1 nohupcl")
+        down, up = self.daemon.requests_of("sessionLines")
+        self.assertEqual((down["session"], down["dtr"], down["rts"]), (3, False, False))
+        self.assertEqual((up["dtr"], up["rts"]), (True, True))
+        self.assertGreaterEqual(up["receivedAt"] - down["receivedAt"], 0.2, "the pulse lasts --reset-pulse ms")
+        brk = self.daemon.requests_of("sendBreak")[0]
+        self.assertEqual((brk["session"], brk["milliseconds"]), (3, 50))
+        self.assertGreater(brk["receivedAt"], up["receivedAt"], "the break follows the pulse")
+        stderr = result.stderr.decode()
+        self.assertIn("reset pulse of 200 ms sent; lines now DTR up, RTS up, CTS down, DSR up, DCD up, RI down", stderr)
+        self.assertIn("break of 50 ms sent", stderr)
+
+    def test_open_refuses_a_rate_out_of_range_before_connecting(self):
+        result = self.vigilctl("accessory", "open", "7", "--protocol", PROTOCOL, "--baud", "30000000")
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn(b"--baud must be 50 to 20000000", result.stderr)
+        self.assertEqual(self.daemon.requests_of("openSession"), [])
+
     def test_open_writes_large_input_in_awaited_pieces(self):
         data = os.urandom(200_000)
         result = self.vigilctl("accessory", "open", "7", "--protocol", PROTOCOL, stdin=data)

@@ -240,6 +240,70 @@ class AccessoryDaemonTests(AccessoryDaemonHarness):
         self.assertEqual(len(set(descriptors)), 1, f"vigild's descriptors after each close: {descriptors}")
 
 
+class LineControlTests(AccessoryDaemonHarness):
+    """Serial line control through the protocol. The testbed's node is a pty,
+    which has no modem lines and no RS-485: these prove the requests, their
+    checks and the `notSupported` answers; the lab proves the lines move."""
+
+    def refused(self, code, type, **members):
+        with self.assertRaises(VigilError) as caught:
+            self.control.request(type, **members)
+        self.assertEqual(caught.exception.code, code, caught.exception.message)
+        return caught.exception.message
+
+    def test_line_requests_on_a_pty(self):
+        connection_id = self.control.accessories()["accessories"][0]["connectionID"]
+        # umockdev's tty takes no termios2 (TCSETS2): a rate outside the table is refused by name.
+        with self.assertRaises(VigilError) as caught:
+            self.control.open_session(connection_id, "org.example.sensor", line_settings="250000 8N1")
+        self.assertEqual(caught.exception.code, "notSupported")
+        self.assertIn("a baud rate of 250000 (BOTHER)", caught.exception.message)
+        self.assertEqual(self.control.accessories()["sessions"], [])
+        session = self.control.open_session(connection_id, "org.example.sensor",
+                                            line_settings="230400 8N1 nohupcl")["session"]
+        listed = self.control.accessories()["sessions"]
+        self.assertEqual([s["lineSettings"] for s in listed], ["230400 8N1 nohupcl"])
+
+        # What the driver cannot do is an error naming the ioctl, never a silent no-op.
+        self.assertIn("TIOCMGET", self.refused("notSupported", "sessionLines", session=session))
+        self.assertIn("TIOCMGET", self.refused("notSupported", "sessionLines", session=session, dtr=False))
+        self.refused("notSupported", "watchSessionLines", session=session, enabled=True, wake=True)
+        self.assertIn("TIOCSRS485", self.refused("notSupported", "sessionRS485", session=session,
+                                                   rs485={"enabled": True, "delayAfterSend": 2}))
+        # Checked before the driver is asked.
+        self.refused("invalidArgument", "sessionRS485", session=session, rs485={"enabled": True, "delayBeforeSend": 500})
+        self.refused("invalidArgument", "sendBreak", session=session, milliseconds=0)
+        self.refused("invalidArgument", "sendBreak", session=session, milliseconds=60_000)
+        # Only the holder's sessions.
+        self.refused("invalidArgument", "sessionLines", session=session + 1000)
+        other = ControlClient(self.socket)
+        try:
+            with self.assertRaises(VigilError) as caught:
+                other.request("sendBreak", session=session, milliseconds=10)
+            self.assertEqual(caught.exception.code, "invalidArgument")
+        finally:
+            other.close()
+
+        # umockdev's tty refuses TIOCSBRK (a bare pty would take it and ignore it):
+        # refused by name, and nothing is left running (the next one is refused the same way,
+        # not as a break already in progress). The lab times a real one.
+        self.assertIn("TIOCSBRK", self.refused("notSupported", "sendBreak", session=session, milliseconds=300))
+        self.assertIn("TIOCSBRK", self.refused("notSupported", "sendBreak", session=session, milliseconds=300))
+        # The session is unharmed: bytes still flow both ways.
+        self.assertEqual(self.control.write(session, b"after"), 5)
+        self.assertEqual(self.device("read 5"), "data " + b"after".hex())
+        self.device("write " + b"back".hex())
+        output = self.control.next_session_output(timeout=10)
+        self.assertEqual((output.type, output.body), ("sessionData", b"back"))
+
+    def test_a_rate_out_of_range_is_refused_at_open(self):
+        connection_id = self.control.accessories()["accessories"][0]["connectionID"]
+        with self.assertRaises(VigilError) as caught:
+            self.control.open_session(connection_id, "org.example.sensor", line_settings="30000000")
+        self.assertEqual(caught.exception.code, "invalidArgument")
+        self.assertIn("unsupported baud rate 30000000", caught.exception.message)
+
+
 class SlowConsumerTests(AccessoryDaemonHarness):
     """An app slower than its device: a small session buffer, a short window,
     and an app that takes a while to acknowledge each piece of data."""

@@ -35,6 +35,8 @@ def main():
     parser.add_argument("--accessory-protocol", default=None,
                         help="register for accessory notifications and keep a session open with the "
                              "first accessory speaking this protocol (reopened when it is replugged)")
+    parser.add_argument("--watch-lines", choices=["wake", "held"], default=None,
+                        help="watch the session's modem lines (session.lines events), waking the app or not")
     parser.add_argument("--ack-delay", type=float, default=0.0, metavar="SECONDS",
                         help="wait this long before acknowledging each session.data or ble.notification event: "
                              "a slow consumer, so that the daemon's session buffer fills (back-pressure tests) "
@@ -87,6 +89,10 @@ def main():
                         continue
                     session = reply["session"]
                     record(kind="sessionOpened", session=session, connectionID=accessory["connectionID"])
+                    if options.watch_lines:
+                        lines = app.request("watchSessionLines", session=session, enabled=True,
+                                            wake=options.watch_lines == "wake")["lines"]
+                        record(kind="watchingLines", lines=lines)
 
         if options.accessory_protocol:
             app.register_for_accessory_notifications()

@@ -129,6 +129,43 @@ typedef struct vigil_line_counters {
 /// where the driver keeps no counters, e.g. ptys and most USB CDC-ACM).
 int vigil_serial_line_counters(int fd, vigil_line_counters *counters);
 
+/// Modem-line transitions counted by the driver (TIOCGICOUNT's cts, dsr,
+/// rng and dcd): a pulse shorter than any polling interval still shows as
+/// a count that grew. Returns 0, or -1 with errno set.
+typedef struct vigil_modem_counters {
+    int cts, dsr, rng, dcd;
+} vigil_modem_counters;
+int vigil_serial_modem_counters(int fd, vigil_modem_counters *counters);
+
+/// Sets input and output speed to any rate (termios2 with BOTHER), leaving
+/// every other termios field as it is. Returns 0, or -1 with errno set.
+int vigil_serial_set_speed(int fd, unsigned int rate);
+
+/// The output speed in bits per second as termios2 reports it (c_ospeed),
+/// for standard and BOTHER rates alike. Returns 0, or -1 with errno set.
+int vigil_serial_get_speed(int fd, unsigned int *rate);
+
+/// RS-485 settings (struct serial_rs485, <linux/serial.h>): `flags` holds
+/// the SER_RS485_* bits below; the delays are in milliseconds.
+typedef struct vigil_rs485 {
+    unsigned int flags;
+    unsigned int delay_rts_before_send;
+    unsigned int delay_rts_after_send;
+} vigil_rs485;
+
+enum {
+    VIGIL_RS485_ENABLED = 1 << 0,
+    VIGIL_RS485_RTS_ON_SEND = 1 << 1,
+    VIGIL_RS485_RTS_AFTER_SEND = 1 << 2,
+    VIGIL_RS485_RX_DURING_TX = 1 << 4,
+};
+
+/// TIOCGRS485 / TIOCSRS485 (the set writes back what the driver took).
+/// Return 0, or -1 with errno set (ENOTTY or EINVAL where the driver has no
+/// RS-485 support: ptys, USB CDC-ACM, most USB-serial adapters).
+int vigil_serial_get_rs485(int fd, vigil_rs485 *settings);
+int vigil_serial_set_rs485(int fd, vigil_rs485 *settings);
+
 /// openpty(3) in raw mode (cfmakeraw, VMIN=1, VTIME=0), both ends
 /// close-on-exec and the controller non-blocking. `name` receives the device
 /// path (at least 64 bytes). Returns 0, or -1 with errno set.

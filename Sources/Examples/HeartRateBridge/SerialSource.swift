@@ -91,6 +91,8 @@ actor SerialSource {
                 sources[session.id] = Self.source(of: accessory)
                 output.write(OutputLine(.accessory(
                     event: "reopened", source: Self.source(of: accessory), session: session.id, detail: accessory.deviceNode)))
+            case .lines:
+                break  // the bridge watches no modem lines
             case let .closed(reason):
                 await broke(session: session.id, event: "closed", reason)
             }

@@ -87,6 +87,7 @@ actor Attachments {
             case let .loss(loss): await ingest.loss(loss, on: stream)
             case let .interrupted(reason): await ingest.interrupted(reason, on: &stream)
             case let .reopened(accessory): await ingest.reopened(accessory, on: &stream)
+            case .lines: break  // the logger watches no modem lines
             case let .closed(reason):
                 await ingest.closed(reason, on: &stream)
                 continue  // the stream ends here; `released` finishes

@@ -124,7 +124,7 @@ struct MainEvents {
             await attachments.attach(accessory, "connected")
         case let .disconnected(accessory)?:
             say("disconnected: \(Attachments.describe(accessory))")
-        case nil:
+        case nil, .lines?:
             say("event \(event.seq) '\(event.kind)' ignored")
         }
         app.acknowledge(event)

@@ -36,7 +36,7 @@ extension AccessoriesComponent {
                 do {
                     try openPort(existing.id, node: accessory.info.deviceNode, settings: settings, streams: streams, services: services)
                 } catch {
-                    throw ProtocolError(.invalidState, "cannot open \(accessory.info.deviceNode): \(error)")
+                    throw Self.openError(error, node: accessory.info.deviceNode)
                 }
             }
             return SessionOpened(session: existing.id, accessory: accessory.info)
@@ -60,12 +60,21 @@ extension AccessoriesComponent {
         } catch {
             table.close(id)
             streams.forget(id)
-            throw ProtocolError(.invalidState, "cannot open \(accessory.info.deviceNode): \(error)")
+            throw Self.openError(error, node: accessory.info.deviceNode)
         }
         streams.setDetails(id, SavedStreamSession.details(of: record))
         streams.record(services: services)
         services.logger.info("session \(id) opened: \(holder) on \(DeviceText.quoted(accessory.info.name)) for \(request.protocol) (\(settings))")
         return SessionOpened(session: id, accessory: accessory.info)
+    }
+
+    /// A port that could not be opened: `notSupported` when the driver cannot
+    /// take the line settings (a BOTHER rate), `invalidState` otherwise.
+    private static func openError(_ error: any Error, node: String) -> ProtocolError {
+        if let error = error as? SerialLineError, case .notSupported = error {
+            return ProtocolError(.notSupported, "cannot open \(node): \(error)")
+        }
+        return ProtocolError(.invalidState, "cannot open \(node): \(error)")
     }
 
     /// Opens the session's port, or takes the one an earlier daemon left with
@@ -220,6 +229,7 @@ extension AccessoriesComponent {
 
     func sessionEnded<S: DaemonServices>(_ session: Int, services: isolated S) {
         cancelReopen(session, services: services)
+        endLineControl(session, services: services)
         table.close(session)
     }
 

@@ -21,6 +21,7 @@ final class AccessoriesComponent: StreamTransport {
     let transportName = "accessory"
     let requestTypes: Set<String> = [
         ListAccessories.type, RegisterForAccessoryNotifications.type, WatchAccessories.type, OpenSession.type,
+        SetSessionLines.type, SendBreak.type, WatchSessionLines.type, SetSessionRS485.type,
     ]
 
     var udev: Udev?
@@ -36,6 +37,10 @@ final class AccessoriesComponent: StreamTransport {
     /// Waiting `reopen` sessions whose open failed on the accessory's current
     /// connection, and when they try again (see `reopen`).
     var reopenRetries: [Int: ReopenRetry] = [:]
+    /// Sessions whose modem lines are watched (`watchSessionLines`).
+    var lineWatches: [Int: LineWatch] = [:]
+    /// Sessions in a break, and the timer that ends it.
+    var breaks: [Int: PendingBreak] = [:]
     /// Apps that asked for connect/disconnect events (kept across their relaunches).
     var registeredApps: Set<String> = []
     /// Registered apps without `external-accessory` now in the background: they
@@ -248,6 +253,7 @@ final class AccessoriesComponent: StreamTransport {
     /// and connect as they leave and return. (Every session of an app that
     /// stops running ends in the stream layer.)
     func appStateChanged<S: DaemonServices>(_ app: String, from old: AppState, to new: AppState, services: isolated S) {
+        if new.isRunning { deliverHeldLineChanges(of: app, services: services) }
         if new == .notRunning {
             mutedApps.remove(app)
             return
@@ -301,6 +307,8 @@ final class AccessoriesComponent: StreamTransport {
             guard app == nil else { throw ProtocolError(.invalidArgument, "apps use registerForAccessoryNotifications", id: message.id) }
             watchers.insert(connection.id)
             services.send(accessoryList(for: nil, services: services), id: message.id, to: connection)
+        case SetSessionLines.type, SendBreak.type, WatchSessionLines.type, SetSessionRS485.type:
+            try handleLineRequest(message, holder: holder, on: connection, services: services)
         case OpenSession.type:
             let request: OpenSession = try message.decode()
             if let app, let accessory = registry.accessory(request.connectionID)?.info, !canSee(app, accessory, services: services) {

@@ -18,7 +18,10 @@ extension LifecycleEngine {
         let routed = withRecord(id) { app -> QueuedEvent? in
             guard let event = app.queue.events.last else { return nil }
             switch app.state {
-            case .notRunning: return nil
+            // An app that is not running is launched for it as for a new event
+            // (`route` says no where it may not be: force-quit, no mode, held
+            // ahead): after a launch timeout, "the next event relaunches it"
+            // holds for a value merged into the waiting event too.
             case .suspended where !app.manifest.mayBeWoken(for: event.wakeMode) || heldAhead(of: event, in: app) != nil: return nil
             case .background where !app.mayReceive(event): return nil
             default: return event

@@ -22,7 +22,7 @@ from ._frames import (
     ConnectionClosed, FrameDecoder, Message, VigilError, encode_frame, monotonic_ns, socket_path,
 )
 from ._payloads import NotificationValue, SessionLogs, notification_values
-from .accessories import Accessory, AccessoryChange, AccessorySession, Closed, Data, Loss, Reopened, SessionItem
+from .accessories import Accessory, AccessoryChange, AccessorySession, Closed, Data, Lines, Loss, Reopened, SessionItem
 from .app import INVALID_TASK, App, AppItem, BackgroundTask, ConnectionRestored, Event, LaunchOptions, Lifecycle
 from .ble import (
     BLEClient, Central, Characteristic, Descriptor, Device, PeripheralManager, PeripheralRequest, Scanner, Service,
@@ -39,7 +39,7 @@ __all__ = [
     "DEFAULT_TIMEOUT", "Connection", "RequestTimeout", "CLIENT_NAME", "FATAL_CODES", "MAX_BODY_BYTES",
     "MAX_HEADER_BYTES", "PROTOCOL_VERSIONS", "SYSTEM_SOCKET", "WRITE_CHUNK", "ConnectionClosed", "FrameDecoder",
     "Message", "VigilError", "encode_frame", "monotonic_ns", "socket_path", "NotificationValue", "SessionLogs",
-    "notification_values", "Accessory", "AccessoryChange", "AccessorySession", "Closed", "Data", "Loss", "Reopened",
+    "notification_values", "Accessory", "AccessoryChange", "AccessorySession", "Closed", "Data", "Lines", "Loss", "Reopened",
     "SessionItem", "INVALID_TASK", "App", "AppItem", "BackgroundTask", "ConnectionRestored", "Event", "LaunchOptions",
     "Lifecycle", "BLEClient", "Central", "Characteristic", "Descriptor", "Device", "PeripheralManager",
     "PeripheralRequest", "Scanner", "Service", "Services", "UpdateResult", "characteristic_definition",

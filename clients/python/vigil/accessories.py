@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, Union
@@ -93,7 +94,29 @@ class Closed:
     will_reopen: bool = False
 
 
-SessionItem = Union[Data, Loss, Reopened, Closed]
+@dataclasses.dataclass(frozen=True)
+class Lines:
+    """Modem lines of a serial session (docs/protocol.md, "Serial line control"):
+    the state now and, in a `session.lines` item, the input lines that changed."""
+
+    dtr: bool = False
+    rts: bool = False
+    cts: bool = False
+    dsr: bool = False
+    dcd: bool = False
+    ri: bool = False
+    changed: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any], changed: Any = ()) -> Lines:
+        def up(name: str) -> bool:
+            return obj.get(name) is True
+
+        return cls(dtr=up("dtr"), rts=up("rts"), cts=up("cts"), dsr=up("dsr"), dcd=up("dcd"), ri=up("ri"),
+                   changed=tuple(str(name) for name in changed or ()))
+
+
+SessionItem = Union[Data, Loss, Reopened, Closed, Lines]
 
 
 def session_item(kind: str, attributes: Mapping[str, Any], payload: bytes) -> SessionItem | None:
@@ -112,6 +135,8 @@ def session_item(kind: str, attributes: Mapping[str, Any], payload: bytes) -> Se
         return Reopened(Accessory.from_json(attributes))
     if kind == "session.closed":
         return Closed(str(attributes.get("reason", "")), bool(attributes.get("willReopen", False)))
+    if kind == "session.lines":
+        return Lines.from_json(attributes, attributes.get("changed"))
     return None
 
 
@@ -210,6 +235,42 @@ class AccessorySession:
         for start in range(0, len(view), WRITE_CHUNK):
             await self._owner.request("write", body=view[start:start + WRITE_CHUNK], session=self.id, timeout=None)
         return len(view)
+
+    # -- serial line control (VigilError `notSupported` where the driver has no such control)
+
+    async def lines(self) -> Lines:
+        """The modem lines now."""
+        return Lines.from_json((await self._owner.request("sessionLines", session=self.id))["lines"])
+
+    async def set_lines(self, *, dtr: bool | None = None, rts: bool | None = None) -> Lines:
+        """Raises (True) or drops (False) DTR and/or RTS; None leaves a line as it is."""
+        members: dict[str, Any] = {name: bool(value) for name, value in (("dtr", dtr), ("rts", rts))
+                                   if value is not None}
+        return Lines.from_json((await self._owner.request("sessionLines", session=self.id, **members))["lines"])
+
+    async def reset_pulse(self, milliseconds: int = 100) -> Lines:
+        """Drops DTR and RTS for `milliseconds`, then raises them (an Arduino's or ESP32's reset)."""
+        await self.set_lines(dtr=False, rts=False)
+        await asyncio.sleep(milliseconds / 1000)
+        return await self.set_lines(dtr=True, rts=True)
+
+    async def send_break(self, milliseconds: int) -> None:
+        """Holds the line at space for `milliseconds`; returns when the break is over."""
+        await self._owner.request("sendBreak", session=self.id, milliseconds=int(milliseconds), timeout=None)
+
+    async def watch_lines(self, *, wake: bool = False, interval_ms: int | None = None,
+                          enabled: bool = True) -> Lines:
+        """CTS, DSR, DCD and RI changes come as `Lines` items; with `wake` they wake a suspended app."""
+        members: dict[str, Any] = {"enabled": enabled, "wake": wake}
+        if interval_ms is not None:
+            members["intervalMilliseconds"] = int(interval_ms)
+        return Lines.from_json((await self._owner.request("watchSessionLines", session=self.id, **members))["lines"])
+
+    async def set_rs485(self, enabled: bool = True, **settings: Any) -> dict[str, Any]:
+        """RS-485 (rtsOnSend, rtsAfterSend, delayBeforeSend, delayAfterSend ms,
+        receiveDuringSend); returns what the driver took."""
+        reply = await self._owner.request("sessionRS485", session=self.id, rs485={"enabled": enabled, **settings})
+        return dict(reply["rs485"])
 
     async def close(self) -> None:
         """Closes the session; its items not read yet are dropped (and acknowledged)."""

@@ -10,7 +10,7 @@ from ._client import Client
 from ._connection import DEFAULT_TIMEOUT, Connection
 from ._frames import CLIENT_NAME, SYSTEM_SOCKET, ConnectionClosed, Message
 from ._mailbox import Mailbox
-from .accessories import Accessory, AccessoryChange, Closed, Data
+from .accessories import Accessory, AccessoryChange, Closed, Data, Lines
 from .records import AppInfo, Decision, DeviceChange
 
 JSON = dict[str, Any]
@@ -70,6 +70,11 @@ class Control(Client):
                 session._feed(Closed(str(message.get("reason", ""))), None)
                 self._sessions.pop(session.id, None)
             return True
+        if kind == "sessionLinesChanged":
+            session = self._sessions.get(int(message.get("session") or 0))
+            if session is not None:
+                session._feed(Lines.from_json(message.get("lines") or {}, message.get("changed")), None)
+            return session is not None
         if kind == "decision" and self._decisions is not None:
             self._decisions.put(message["decision"])
             return True

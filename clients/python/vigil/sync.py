@@ -34,7 +34,7 @@ JSON = dict[str, Any]
 #: Event kinds about accessories (docs/protocol.md, "Accessories").
 ACCESSORY_EVENT_KINDS = frozenset({
     "accessory.connected", "accessory.disconnected",
-    "session.data", "session.loss", "session.closed", "session.reopened",
+    "session.data", "session.loss", "session.closed", "session.reopened", "session.lines",
 })
 
 
