@@ -14,7 +14,12 @@ import VigilSystem
 actor FakeServices: DaemonServices {
     nonisolated let loop: EventLoop
     nonisolated var unownedExecutor: UnownedSerialExecutor { loop.asUnownedSerialExecutor() }
-    let logger = Logger(label: "vigil-daemon-tests")
+    /// Warnings and errors only: the layer's info lines would bury the test output.
+    let logger: Logger = {
+        var logger = Logger(label: "vigil-daemon-tests")
+        logger.logLevel = .warning
+        return logger
+    }()
     let config: DaemonConfig
     var now: UInt64 { MonotonicInstant.now().nanoseconds }
     var stopping = false
