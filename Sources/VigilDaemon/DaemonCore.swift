@@ -63,8 +63,6 @@ actor DaemonCore {
     var saveTimer: TimerID?
     /// Set by the first stop signal (`VigilDaemonService`).
     var stopping = false
-    /// The built-in demo's next step (`DemoDriver`).
-    var demoTimer: TimerID?
     /// systemd's notification socket and watchdog (`DaemonCore+Systemd.swift`).
     let systemd: SystemdLink
     /// The last STATUS= line sent to systemd.
@@ -96,7 +94,7 @@ actor DaemonCore {
         // take back what it read from sessions.json).
         let components: [any DaemonComponent] = [
             apps, BluetoothComponent(), RefreshComponent(), MQTTComponent(),
-            StreamSessions(), AccessoriesComponent(portKeeperCommand: portKeeper), L2CAPComponent(),
+            StreamSessions(), AccessoriesComponent(portKeeperCommand: portKeeper), L2CAPComponent(), DemoComponent(),
         ]
         self.components = components
         self.requestRoutes = Self.routes(for: components)
@@ -111,7 +109,7 @@ actor DaemonCore {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         }
         attachDecisionLog()
-        if demo { builtInManifests = DemoDriver.manifests(stateDirectory: config.stateDirectory) }
+        if demo { builtInManifests = DemoComponent.manifests(stateDirectory: config.stateDirectory) }
         logSecurityMode()
         reloadManifests()
         let saved = stateStore.load(logger: logger)
@@ -150,8 +148,6 @@ actor DaemonCore {
         apps.stopFollowing(services: self)
         if let engineTimer { loop.cancelTimer(engineTimer.id) }
         if let saveTimer { loop.cancelTimer(saveTimer) }
-        if let demoTimer { loop.cancelTimer(demoTimer) }
-        demoTimer = nil
         saveState()  // before Bluetooth stops: what apps asked of it is saved too
         await stopComponents(leavingApps: onStop == .leave)
         logger.notice("stopped")

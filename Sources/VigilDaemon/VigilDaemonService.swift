@@ -88,7 +88,7 @@ public struct VigilDaemonService: Sendable {
                     loop.stop()
                     return
                 }
-                if demo { DemoDriver.start(core: core) }
+                if demo { core.component(DemoComponent.self)?.run(services: core) }
             }
         }
         loop.waitUntilStopped()

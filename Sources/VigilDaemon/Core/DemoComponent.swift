@@ -2,6 +2,7 @@ import FoundationEssentials
 import Glibc
 import VigilLifecycle
 import VigilProtocol
+import VigilSystem
 
 /// The built-in demo for machines with no accessory attached: runs the sample
 /// app, sends it to the background, and wakes it with a test event now and
@@ -11,7 +12,12 @@ import VigilProtocol
 /// virtual one) while suspended between bursts. The heart-rate bridge runs
 /// too when built beside vigild: it finds a heart-rate monitor through BlueZ
 /// (scripts/run-demo provides a virtual one) and is woken per measurement.
-enum DemoDriver {
+final class DemoComponent: DaemonComponent {
+    let name = "demo"
+    /// The next step's timer, while the demo runs (`vigild --demo`).
+    private var timer: TimerID?
+    private var interval: Duration = .seconds(15)
+
     static let appID = "org.vigil.demo"
     static let loggerID = "org.vigil.sensor-logger"
     static let bridgeID = "org.vigil.example.hrm-bridge"
@@ -43,48 +49,34 @@ enum DemoDriver {
 
     /// Launch, background after a few seconds, then a wake every `interval`:
     /// on loop timers, so the demo too stays off the global executor.
-    static func start(core: isolated DaemonCore, interval: Duration = .seconds(15)) {
+    func run<S: DaemonServices>(interval: Duration = .seconds(15), services: isolated S) {
+        self.interval = interval
+        step(0, services: services)
+    }
+
+    /// Tick 0 launches the demo apps, tick 1 sends them to the background
+    /// (3 s later), every later tick wakes the sample app.
+    private func step<S: DaemonServices>(_ tick: Int, services: isolated S) {
         do {
-            try core.demoAction(.launch)
+            switch tick {
+            case 0: try act(.launch, services: services)
+            case 1: try act(.background, services: services)
+            default: try wake(tick - 1, services: services)
+            }
         } catch {
-            core.logger.error("demo stopped: \(error)")
+            services.logger.error("demo stopped: \(error)")
+            timer = nil
             return
         }
-        core.demoTimer = core.loop.schedule(after: .seconds(3)) { [unowned core] in
-            core.assumeIsolated { core in
-                do {
-                    try core.demoAction(.background)
-                } catch {
-                    core.logger.error("demo stopped: \(error)")
-                    core.demoTimer = nil
-                    return
-                }
-                scheduleWake(core: core, tick: 1, interval: interval)
-            }
-        }
+        timer = services.loop.schedule(after: tick == 0 ? .seconds(3) : interval, services.callback(DemoComponent.self) { demo, services in
+            demo.step(tick + 1, services: services)
+        })
     }
 
-    private static func scheduleWake(core: isolated DaemonCore, tick: Int, interval: Duration) {
-        core.demoTimer = core.loop.schedule(after: interval) { [unowned core] in
-            core.assumeIsolated { core in
-                do {
-                    try core.demoWake(tick)
-                } catch {
-                    core.logger.error("demo stopped: \(error)")
-                    core.demoTimer = nil
-                    return
-                }
-                scheduleWake(core: core, tick: tick + 1, interval: interval)
-            }
-        }
-    }
-}
-
-extension DaemonCore {
     /// Applies `action` to every demo app.
-    func demoAction(_ action: UserAction) throws {
-        try withEngine { engine, now throws(ProtocolError) in
-            for app in DemoDriver.appIDs where engine.apps[app] != nil {
+    private func act<S: DaemonServices>(_ action: UserAction, services: isolated S) throws(ProtocolError) {
+        try services.withEngine { engine, now throws(ProtocolError) in
+            for app in Self.appIDs where engine.apps[app] != nil {
                 switch action {
                 case .launch: try engine.launch(app, now: now)
                 case .background: try engine.moveToBackground(app, now: now)
@@ -94,8 +86,14 @@ extension DaemonCore {
         }
     }
 
-    func demoWake(_ tick: Int) throws {
+    private func wake<S: DaemonServices>(_ tick: Int, services: isolated S) throws(ProtocolError) {
         let event = QueuedEvent(kind: "demo.tick", attributes: ["tick": .number(Double(tick))], payload: Array("tick \(tick)".utf8))
-        _ = try withEngine { engine, now throws(ProtocolError) in try engine.deliver(event, to: DemoDriver.appID, now: now) }
+        _ = try services.withEngine { engine, now throws(ProtocolError) in try engine.deliver(event, to: Self.appID, now: now) }
+    }
+
+    /// The daemon's stop begins: no more steps.
+    func stopIntake<S: DaemonServices>(services: isolated S) {
+        if let timer { services.loop.cancelTimer(timer) }
+        timer = nil
     }
 }
