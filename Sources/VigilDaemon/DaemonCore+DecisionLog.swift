@@ -17,15 +17,15 @@ extension DaemonCore {
     func recordDevice(kind: String, device: String, change: String, detail: String) {
         guard let record = decisions.appendDevice(DeviceRecord(time: wallClock(), kind: kind, device: device, change: change, detail: detail))
         else { return }
-        metricsEndpoint?.metrics.deviceChanged(record, reconnect: record.change == "connected" && decisions.hasSeenLeave(of: record))
+        metrics?.deviceChanged(record, reconnect: record.change == "connected" && decisions.hasSeenLeave(of: record))
     }
 
     func recordDecision(_ decision: Decision) {
         let record = decisions.append(decision)
-        metricsEndpoint?.metrics.decided(record, now: now)
+        metrics?.decided(record, now: now)
         guard !decisions.followers.isEmpty else { return }
         for (id, app) in decisions.followers.sorted(by: { $0.key < $1.key }) {
-            guard let connection = connections[id] else {
+            guard let connection = clients.connection(id) else {
                 decisions.followers[id] = nil  // closed
                 continue
             }

@@ -64,6 +64,38 @@ extension DaemonCore {
             let (app, old, new) = pendingStateChanges.removeFirst()
             componentsAppStateChanged(app, from: old, to: new)
         }
-        updateSystemdStatus()
+        systemd.update(services: self)
+    }
+}
+
+extension DaemonCore {
+    /// Delivers an engine message to the app's current connection.
+    func sendToApp(_ message: OutboundMessage, _ app: String) {
+        guard let connection = clients.connection(ofApp: app) else { return }
+        switch message {
+        case let .lifecycle(lifecycle):
+            hold(lifecycle, to: connection)
+        case let .event(event, redelivered):
+            commitJournal(compactIfDue: false)  // journaled before the app can see it
+            componentsWillSend(event, to: app)  // e.g. a session log readable by the app before it learns the path
+            hold(
+                EventMessage(seq: event.seq, kind: event.kind, attributes: event.attributes, redelivered: redelivered),
+                body: event.payload, to: connection)
+        case let .taskExpiring(expiring):
+            hold(expiring, to: connection)
+        case let .deadline(deadline):
+            hold(DeadlineChanged(deadline: deadline), to: connection)
+        }
+    }
+
+    /// Within an engine call (`withEngine`), a frame to an app waits in its
+    /// connection until the outermost call returns (`ClientConnections.hold`).
+    private func hold<M: Message>(_ message: M, body: [UInt8] = [], to connection: ClientConnection) {
+        let frame = MessageCodec.encode(message, body: body)
+        if engineCallDepth > 0 {
+            clients.hold(frame: frame, to: connection)
+        } else {
+            clients.send(frame: frame, to: connection, services: self)
+        }
     }
 }

@@ -23,7 +23,7 @@ extension DaemonCore {
         do {
             message = try IncomingMessage(frame: frame)
         } catch {
-            return fail(connection, error)
+            return clients.fail(connection, error, services: self)
         }
         do {
             switch connection.phase {
@@ -39,13 +39,13 @@ extension DaemonCore {
                 return
             }
         } catch {
-            metricsEndpoint?.metrics.count("vigil_request_errors_total", [("type", metricsType(message.type)), ("code", error.code.rawValue)])
+            metrics?.count("vigil_request_errors_total", [("type", metricsType(message.type)), ("code", error.code.rawValue)])
             if error.closesConnection {
-                fail(connection, error)
+                clients.fail(connection, error, services: self)
             } else if case .handshake = connection.phase {
                 // Before the handshake there is nothing to go on with: answer and
                 // close, so a client waiting for `welcome` is never left waiting.
-                fail(connection, error)
+                clients.fail(connection, error, services: self)
             } else if let id = message.id {
                 send(ProtocolError(error.code, error.message), id: id, to: connection)
             } else {
@@ -84,12 +84,7 @@ extension DaemonCore {
             if let claimed = hello.app, claimed != owner {
                 throw ProtocolError(.unauthorized, "process \(pid) belongs to app \(owner), not \(claimed)")
             }
-            if let previous = appConnections[owner], let old = connections[previous] {
-                logger.info("app \(owner) connected again; closing its previous connection")
-                close(old)
-            }
-            connection.phase = .app(owner)
-            appConnections[owner] = connection.id
+            clients.attach(connection, to: owner, services: self)
             // Welcome first, then whatever the engine sends on connecting (didBecomeActive, events).
             guard let app = withEngine({ engine, now in engine.identified(owner, now: now) }) else {
                 throw ProtocolError(.unauthorized, "process \(pid) belongs to an app that is gone")
@@ -112,7 +107,7 @@ extension DaemonCore {
             componentsWillAcknowledge(ack.seq, by: app)
             withEngine { engine, now in engine.acknowledge(app, upTo: ack.seq, now: now) }
             componentsDidAcknowledge(by: app)
-            metricsEndpoint?.metrics.acknowledged(by: app, now: now)
+            metrics?.acknowledged(by: app, now: now)
         case BeginBackgroundTask.type:
             let request: BeginBackgroundTask = try message.decode()
             let task = withEngine { engine, now in engine.beginBackgroundTask(app, name: request.name, now: now) }

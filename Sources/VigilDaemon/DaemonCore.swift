@@ -34,14 +34,6 @@ actor DaemonCore {
     /// Which manifest files and users are accepted (docs/security.md).
     let manifestPolicy: ManifestPolicy
 
-    var listener: UnixListener?
-    var listenerWatch: WatchID?
-    /// The metrics endpoint, when configured (`DaemonCore+Metrics`).
-    var metricsEndpoint: MetricsEndpoint?
-    var connections: [Int: ClientConnection] = [:]
-    var nextConnectionID = 1
-    /// The connection each app is currently talking on.
-    var appConnections: [String: Int] = [:]
     var engineTimer: (id: TimerID, deadline: UInt64)?
     let stateStore: StateStore
     /// What the stop does with the apps (shown by `status`; `shutdown` is told).
@@ -51,10 +43,13 @@ actor DaemonCore {
     /// `withEngine` calls under way (they nest); while any is, frames to apps
     /// wait in their connections (`heldAppOutput`) and go out when it returns.
     var engineCallDepth = 0
-    var heldAppOutput: [ClientConnection] = []
     /// The apps' processes: the engine's effects are carried out through it
     /// (held here, not looked up: freeze and thaw are on every wake's path).
     let apps: AppProcesses
+    /// The socket and its clients.
+    let clients: ClientConnections
+    /// Counts decisions and acknowledgements (held here for the same reason).
+    let metricsComponent: MetricsComponent
     /// The subsystems, in start order (`DaemonComponent`).
     let components: [any DaemonComponent]
     /// Each request type a component handles, to that component.
@@ -63,29 +58,27 @@ actor DaemonCore {
     var saveTimer: TimerID?
     /// Set by the first stop signal (`VigilDaemonService`).
     var stopping = false
-    /// systemd's notification socket and watchdog (`DaemonCore+Systemd.swift`).
-    let systemd: SystemdLink
-    /// The last STATUS= line sent to systemd.
-    var systemdStatus: String?
-    var watchdog: SystemdWatchdog?
-    /// The listening socket systemd passed (socket activation), used instead of binding one.
-    var passedListener: UnixListener?
+    /// What systemd is told (held here: the core tells it of every state change).
+    let systemd: SystemdComponent
 
     init(
         config: DaemonConfig, socketPath: String, configFile: String?, onStop: StopPolicy? = nil, portKeeper: [String]? = nil,
         loop: EventLoop, logger: Logger, systemd: SystemdLink = SystemdLink(), passedListener: UnixListener? = nil
     ) {
         self.config = config
+        let systemd = SystemdComponent(link: systemd)
         self.systemd = systemd
-        self.passedListener = passedListener
         self.onStop = onStop ?? config.onStop
         self.socketPath = socketPath
         self.configFile = configFile
         self.loop = loop
         self.logger = logger
         self.decisions = DecisionHistory(capacity: config.decisionLogSize, logger: logger)
+        clients = ClientConnections(passedListener: passedListener, limits: limits)
         let apps = AppProcesses(config: config, socketPath: socketPath, logger: logger)
         self.apps = apps
+        let metrics = MetricsComponent()
+        self.metricsComponent = metrics
         self.stateStore = StateStore(directory: config.stateDirectory, durability: config.durability)
         self.manifestPolicy = Self.manifestPolicy(for: config)
         // Start order: the apps' processes first (adopted before anything
@@ -93,8 +86,8 @@ actor DaemonCore {
         // stream layer before the transports whose sessions it carries (they
         // take back what it read from sessions.json).
         let components: [any DaemonComponent] = [
-            apps, BluetoothComponent(), RefreshComponent(), MQTTComponent(),
-            StreamSessions(), AccessoriesComponent(portKeeperCommand: portKeeper), L2CAPComponent(), DemoComponent(),
+            metrics, apps, BluetoothComponent(), RefreshComponent(), MQTTComponent(),
+            StreamSessions(), AccessoriesComponent(portKeeperCommand: portKeeper), L2CAPComponent(), DemoComponent(), systemd,
         ]
         self.components = components
         self.requestRoutes = Self.routes(for: components)
@@ -117,15 +110,10 @@ actor DaemonCore {
         stateStore.open(engine: engine, bluetooth: saved.bluetooth, logger: logger)
         // Listening before any app is woken or launched (nothing is accepted
         // before `start` returns: this runs on the loop's thread).
-        let listener = try passedListener ?? UnixListener.bind(path: socketPath, permissions: 0o666)
-        passedListener = nil
-        self.listener = listener
-        listenerWatch = try loop.watch(listener.fd, for: .readable) { [unowned self] _ in
-            self.assumeIsolated { $0.acceptClients() }
-        }
-        startMetrics()  // before anything it counts happens
-        apps.adoptSurvivors(services: self)
-        engine.relaunchForRestoredEvents(now: now)
+        try clients.listen(path: socketPath, services: self)
+        // Metrics first (before anything it counts happens), then the apps
+        // (adopted, and relaunched for what they have not handled) before
+        // any other component delivers.
         try startComponents(restoring: saved)
         logger.notice("listening", metadata: [
             "socket": "\(socketPath)", "suspension": "\(apps.suspender.mechanism.rawValue)", "detail": "\(apps.suspender.detail)",
@@ -138,13 +126,10 @@ actor DaemonCore {
     /// with `"terminate"` they are told `willTerminate`, given the exit grace,
     /// and killed with everything they started.
     func shutdown() async {
-        if let listenerWatch { loop.removeWatch(listenerWatch) }
-        listener?.close()
-        listener = nil
-        stopMetrics()
+        clients.stopListening(services: self)
         stopComponentIntake()
         await apps.endForStop(onStop, services: self)
-        for connection in connections.values { close(connection) }
+        clients.closeAll(services: self)
         apps.stopFollowing(services: self)
         if let engineTimer { loop.cancelTimer(engineTimer.id) }
         if let saveTimer { loop.cancelTimer(saveTimer) }
@@ -180,7 +165,7 @@ actor DaemonCore {
             scheduleSave()
             dispatchStateChanges()
             engineCallDepth -= 1
-            if engineCallDepth == 0 { flushHeldAppOutput() }
+            if engineCallDepth == 0 { clients.flushHeld(services: self) }
         }
         return try body(engine, now)
     }

@@ -80,7 +80,7 @@ public struct VigilDaemonService: Sendable {
                 do {
                     try core.start(demo: demo)
                     try core.watchSignals(signals)
-                    core.systemdReady()
+                    core.systemd.ready(services: core)
                 } catch {
                     // As before: a daemon that could not start (e.g. its socket
                     // is another daemon's) must not stop that one's apps.
@@ -128,16 +128,16 @@ extension DaemonCore {
         let name = String(cString: strsignal(signal))
         if signal == VigilDaemonService.reloadSignal {
             logger.notice("\(name): reloading the manifests")
-            systemdReloading()
+            systemd.reloading(services: self)
             reloadManifests()
-            systemdReloaded()
+            systemd.reloaded(services: self)
             return
         }
         guard !stopping else {
             logger.notice("\(name): already stopping")
             return
         }
-        systemdStopping()
+        systemd.stopping(services: self)
         stopping = true
         logger.notice("\(name): stopping")
         let loop = self.loop

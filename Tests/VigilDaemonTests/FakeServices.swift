@@ -31,12 +31,18 @@ actor FakeServices: DaemonServices {
     var frames: [(connection: Int, text: String)] = []
     var scheduledSaves = 0
 
-    init(loop: EventLoop, stateDirectory: String, bufferLimit: Int) {
+    init(loop: EventLoop, stateDirectory: String, bufferLimit: Int, configure: (inout DaemonConfig) -> Void = { _ in }) {
         self.loop = loop
         var config = DaemonConfig(system: false, environment: ["HOME": stateDirectory])
         config.stateDirectory = stateDirectory
         config.sessionBufferLimit = bufferLimit
+        configure(&config)
         self.config = config
+    }
+
+    /// Starts the components, in order, as the core does.
+    func startComponents() throws {
+        for component in components { try component.start(restoring: DaemonSnapshot(apps: [:]), services: self) }
     }
 
     /// Runs `body` in the fake's isolation (on the loop thread).
@@ -52,6 +58,7 @@ actor FakeServices: DaemonServices {
     func scheduleSave() { scheduledSaves += 1 }
     func connection(_ id: Int) -> ClientConnection? { connections[id] }
     func connection(ofApp app: String) -> ClientConnection? { nil }
+    var connectionCount: Int { connections.count }
 
     func send(frame: [UInt8], to connection: ClientConnection) {
         frames.append((connection.id, String(decoding: frame.dropFirst(Frame.prefixSize), as: UTF8.self)))

@@ -79,8 +79,8 @@ final class BluetoothComponent: DaemonComponent {
     }
 
     /// The central's state for systemd's status line ("off" when disabled).
-    var stateName: String {
-        central?.assumeIsolated { $0.state.rawValue } ?? "off"
+    func addSummary<S: DaemonServices>(to parts: inout [String], services: isolated S) {
+        parts.append("Bluetooth: " + (central?.assumeIsolated { $0.state.rawValue } ?? "off"))
     }
 
     /// What apps asked of Bluetooth, for the state file (nil when disabled).

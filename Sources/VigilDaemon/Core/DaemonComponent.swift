@@ -79,6 +79,9 @@ protocol DaemonComponent: AnyObject {
     /// Its part of `vigilctl status`.
     func addStatus<S: DaemonServices>(to status: inout DaemonStatus, services: isolated S)
 
+    /// Its part of the one-line status systemd shows (`"2 sessions"`).
+    func addSummary<S: DaemonServices>(to parts: inout [String], services: isolated S)
+
     /// Its series on the metrics page.
     func addMetrics<S: DaemonServices>(to metrics: DaemonMetrics, services: isolated S)
 
@@ -105,6 +108,7 @@ extension DaemonComponent {
         throw ProtocolError(.unknownMessage, "\(name) does not handle '\(message.type)'", id: message.id)
     }
     func addStatus<S: DaemonServices>(to status: inout DaemonStatus, services: isolated S) {}
+    func addSummary<S: DaemonServices>(to parts: inout [String], services: isolated S) {}
     func addMetrics<S: DaemonServices>(to metrics: DaemonMetrics, services: isolated S) {}
     func save<S: DaemonServices>(into snapshot: inout DaemonSnapshot, services: isolated S) {}
 }

@@ -4,13 +4,22 @@ import VigilSystem
 
 /// The core's side of `DaemonComponent`: one list, and every fan-out a loop
 /// over it.
-extension DaemonCore: DaemonServices {
-    var metrics: DaemonMetrics? { metricsEndpoint?.metrics }
+extension DaemonCore: DaemonServices, ConnectionHandler {
+    /// A connection closed: its components are told, and the engine that the
+    /// app it served has no connection now.
+    func connectionClosed(_ connection: ClientConnection, app: String?) {
+        componentsConnectionClosed(connection)
+        if let app { withEngine { engine, _ in engine.disconnected(app) } }
+    }
 
-    func connection(_ id: Int) -> ClientConnection? { connections[id] }
+    var metrics: DaemonMetrics? { metricsComponent.endpoint?.metrics }
+
+    var connectionCount: Int { clients.count }
+
+    func connection(_ id: Int) -> ClientConnection? { clients.connection(id) }
 
     func connection(ofApp app: String) -> ClientConnection? {
-        appConnections[app].flatMap { connections[$0] }
+        clients.connection(ofApp: app)
     }
 
     func component<C: DaemonComponent>(_ type: C.Type) -> C? {
@@ -25,7 +34,7 @@ extension DaemonCore: DaemonServices {
     }
 
     func answer(_ outcome: Result<(any Message, [UInt8]), ProtocolError>, id: Int?, connectionID: Int) {
-        guard let connection = connections[connectionID] else { return }  // the client left meanwhile
+        guard let connection = clients.connection(connectionID) else { return }  // the client left meanwhile
         switch outcome {
         case let .success((reply, body)):
             send(reply, id: id, body: body, to: connection)
@@ -34,7 +43,15 @@ extension DaemonCore: DaemonServices {
         }
     }
 
-    func statusChanged() { updateSystemdStatus() }
+    func send(frame: [UInt8], to connection: ClientConnection) {
+        clients.send(frame: frame, to: connection, services: self)
+    }
+
+    func close(_ connection: ClientConnection) {
+        clients.close(connection, services: self)
+    }
+
+    func statusChanged() { systemd.update(services: self) }
 
     func credentials(ofApp app: String) -> SpawnCredentials? { apps.credentials(of: app, services: self) }
 }
@@ -111,9 +128,6 @@ extension DaemonCore {
         for component in components { component.addStatus(to: &status, services: self) }
     }
 
-    func componentsMetrics(_ metrics: DaemonMetrics) {
-        for component in components { component.addMetrics(to: metrics, services: self) }
-    }
 
     func componentsSnapshot(_ snapshot: inout DaemonSnapshot) {
         for component in components { component.save(into: &snapshot, services: self) }

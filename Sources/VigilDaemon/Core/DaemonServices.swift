@@ -39,6 +39,9 @@ protocol DaemonServices: Actor {
     /// A client connection by id, if it is still open.
     func connection(_ id: Int) -> ClientConnection?
 
+    /// How many client connections are open.
+    var connectionCount: Int { get }
+
     /// The connection an app is talking on, if any.
     func connection(ofApp app: String) -> ClientConnection?
 

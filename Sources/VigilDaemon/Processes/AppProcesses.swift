@@ -102,9 +102,16 @@ final class AppProcesses: DaemonComponent {
 
     // MARK: Adoption
 
+    /// Adopts what the last daemon left, then relaunches the apps that have
+    /// restored events to handle: before any other component delivers.
+    func start<S: DaemonServices>(restoring saved: DaemonSnapshot, services: isolated S) throws {
+        adoptSurvivors(services: services)
+        services.engine.relaunchForRestoredEvents(now: services.now)
+    }
+
     /// Adopts the apps an earlier daemon left running (or frozen, or stopped),
     /// found through its process records and, with the freezer, the cgroup tree.
-    func adoptSurvivors<S: DaemonServices>(services: isolated S) {
+    private func adoptSurvivors<S: DaemonServices>(services: isolated S) {
         let logger = services.logger
         var recorded: [ProcessRecord] = []
         do {

@@ -119,6 +119,10 @@ final class StreamSessions: DaemonComponent {
     func isPaused(_ id: Int) -> Bool { sessions[id]?.readingPaused ?? false }
     var count: Int { sessions.count }
 
+    func addSummary<S: DaemonServices>(to parts: inout [String], services: isolated S) {
+        parts.append("\(sessions.count) sessions")
+    }
+
     /// The ids of the sessions `holder` holds, of one transport or all.
     func sessions(heldBy holder: SessionHolder, transport: (any StreamTransport)? = nil) -> [Int] {
         guard !sessions.isEmpty else { return [] }  // every acknowledgement and suspension asks: most have none

@@ -29,9 +29,18 @@ final class MetricsEndpoint {
     static let maxRequest = 8192
 }
 
-extension DaemonCore {
+/// The metrics endpoint as a component: first in the start order, so it
+/// counts from the start; the page asks every component for its series.
+final class MetricsComponent: DaemonComponent {
+    let name = "metrics"
+    /// nil unless `metrics-socket` or `metrics-port` is configured (and opened).
+    private(set) var endpoint: MetricsEndpoint?
+
     /// Opens the configured endpoints; a failure is logged and the daemon runs without them.
-    func startMetrics() {
+    func start<S: DaemonServices>(restoring saved: DaemonSnapshot, services: isolated S) throws {
+        let config = services.config
+        let logger = services.logger
+        let loop = services.loop
         guard config.metricsSocket != nil || config.metricsPort != nil else { return }
         let endpoint = MetricsEndpoint()
         do {
@@ -39,16 +48,16 @@ extension DaemonCore {
                 // Who may scrape: the daemon's user (root for the system daemon); see docs/observability.md.
                 let listener = try UnixListener.bind(path: path, permissions: 0o600)
                 endpoint.unix = listener
-                endpoint.watches.append(try loop.watch(listener.fd, for: .readable) { [unowned self] _ in
-                    self.assumeIsolated { $0.acceptScrapes() }
-                })
+                endpoint.watches.append(try loop.watch(listener.fd, for: .readable, services.watchCallback(MetricsComponent.self) {
+                    metrics, _, services in metrics.acceptScrapes(services: services)
+                }))
             }
             if let port = config.metricsPort {
                 let listener = try LoopbackListener.bind(port: UInt16(port))
                 endpoint.tcp = listener
-                endpoint.watches.append(try loop.watch(listener.fd, for: .readable) { [unowned self] _ in
-                    self.assumeIsolated { $0.acceptScrapes() }
-                })
+                endpoint.watches.append(try loop.watch(listener.fd, for: .readable, services.watchCallback(MetricsComponent.self) {
+                    metrics, _, services in metrics.acceptScrapes(services: services)
+                }))
             }
         } catch {
             logger.error("metrics endpoint not started: \(error)")
@@ -57,21 +66,23 @@ extension DaemonCore {
             endpoint.tcp?.close()
             return
         }
-        metricsEndpoint = endpoint
+        self.endpoint = endpoint
         logger.notice("metrics at \([config.metricsSocket, config.metricsPort.map { "127.0.0.1:\($0)" }].compactMap(\.self).joined(separator: " and "))")
     }
 
-    func stopMetrics() {
-        guard let endpoint = metricsEndpoint else { return }
-        for watch in endpoint.watches { loop.removeWatch(watch) }
-        for fd in Array(endpoint.clients.keys) { endScrape(fd) }
+    /// The stop's first step: no more scrapes.
+    func stopIntake<S: DaemonServices>(services: isolated S) {
+        guard let endpoint else { return }
+        for watch in endpoint.watches { services.loop.removeWatch(watch) }
+        for fd in Array(endpoint.clients.keys) { endScrape(fd, services: services) }
         endpoint.unix?.close()
         endpoint.tcp?.close()
-        metricsEndpoint = nil
+        self.endpoint = nil
     }
 
-    private func acceptScrapes() {
-        guard let endpoint = metricsEndpoint else { return }
+    private func acceptScrapes<S: DaemonServices>(services: isolated S) {
+        guard let endpoint else { return }
+        let loop = services.loop
         for listener in [endpoint.unix.map { l in { try l.accept() } }, endpoint.tcp.map { l in { try l.accept() } }].compactMap(\.self) {
             while let stream = try? listener() {
                 if endpoint.clients.count >= MetricsEndpoint.maxClients {
@@ -81,26 +92,26 @@ extension DaemonCore {
                 let client = MetricsEndpoint.Client(stream: stream)
                 let fd = stream.fd
                 endpoint.clients[fd] = client
-                client.watch = try? loop.watch(fd, for: .readable) { [unowned self] _ in
-                    self.assumeIsolated { $0.readScrape(fd) }
-                }
-                client.timer = loop.schedule(after: .seconds(5)) { [unowned self] in
-                    self.assumeIsolated { $0.endScrape(fd) }
-                }
+                client.watch = try? loop.watch(fd, for: .readable, services.watchCallback(MetricsComponent.self) { metrics, _, services in
+                    metrics.readScrape(fd, services: services)
+                })
+                client.timer = loop.schedule(after: .seconds(5), services.callback(MetricsComponent.self) { metrics, services in
+                    metrics.endScrape(fd, services: services)
+                })
             }
         }
     }
 
-    private func readScrape(_ fd: Int32) {
-        guard let client = metricsEndpoint?.clients[fd] else { return }
+    private func readScrape<S: DaemonServices>(_ fd: Int32, services: isolated S) {
+        guard let client = endpoint?.clients[fd] else { return }
         let read: [UInt8]?
         do {
             read = try client.stream.read(maxBytes: 4096)
         } catch {
-            return endScrape(fd)
+            return endScrape(fd, services: services)
         }
         guard let bytes = read else { return }  // nothing yet
-        guard !bytes.isEmpty else { return endScrape(fd) }  // closed before a whole request
+        guard !bytes.isEmpty else { return endScrape(fd, services: services) }  // closed before a whole request
         client.request += bytes
         guard let end = Self.headerEnd(client.request) else {
             if client.request.count > MetricsEndpoint.maxRequest { respond(client, status: "431 Request Header Fields Too Large", body: []) }
@@ -115,9 +126,9 @@ extension DaemonCore {
         } else if words[1] != "/metrics" && !words[1].hasPrefix("/metrics?") {
             respond(client, status: "404 Not Found", body: Array("GET /metrics\n".utf8))
         } else {
-            respond(client, status: "200 OK", body: metricsPage(), contentType: "text/plain; version=0.0.4; charset=utf-8")
+            respond(client, status: "200 OK", body: page(services: services), contentType: "text/plain; version=0.0.4; charset=utf-8")
         }
-        endScrape(fd)
+        endScrape(fd, services: services)
     }
 
     private static func headerEnd(_ bytes: [UInt8]) -> Int? {
@@ -138,19 +149,19 @@ extension DaemonCore {
         try? client.stream.writeAll(Array(head.utf8) + body)
     }
 
-    private func endScrape(_ fd: Int32) {
-        guard let client = metricsEndpoint?.clients.removeValue(forKey: fd) else { return }
-        if let watch = client.watch { loop.removeWatch(watch) }
-        if let timer = client.timer { loop.cancelTimer(timer) }
+    private func endScrape<S: DaemonServices>(_ fd: Int32, services: isolated S) {
+        guard let client = endpoint?.clients.removeValue(forKey: fd) else { return }
+        if let watch = client.watch { services.loop.removeWatch(watch) }
+        if let timer = client.timer { services.loop.cancelTimer(timer) }
         client.stream.close()
     }
 
     /// The page: gauges set from the daemon's state now, then every series.
-    func metricsPage() -> [UInt8] {
-        guard let metrics = metricsEndpoint?.metrics else { return [] }
+    func page<S: DaemonServices>(services: isolated S) -> [UInt8] {
+        guard let metrics = endpoint?.metrics else { return [] }
         let previous = metrics.beginGauges()
         var byState: [AppState: Int] = [:]
-        for (id, app) in engine.apps {
+        for (id, app) in services.engine.apps {
             byState[app.state, default: 0] += 1
             metrics.gauge("vigil_queued_events", [("app", id)], Double(app.queue.queuedCount))
             metrics.gauge("vigil_unacknowledged_events", [("app", id)], Double(app.queue.unacknowledgedCount))
@@ -158,8 +169,10 @@ extension DaemonCore {
         for state in [AppState.notRunning, .inactive, .active, .background, .suspended] {
             metrics.gauge("vigil_apps", [("state", state.rawValue)], Double(byState[state] ?? 0))
         }
-        metrics.gauge("vigil_control_connections", [], Double(connections.count))
-        componentsMetrics(metrics)
+        metrics.gauge("vigil_control_connections", [], Double(services.connectionCount))
+        for component in services.components((any DaemonComponent).self) {
+            component.addMetrics(to: metrics, services: services)
+        }
         metrics.endGauges(previous: previous)
         return metrics.page()
     }
