@@ -2,15 +2,22 @@
 // Vigil: the iOS background model for Linux accessory and Bluetooth apps.
 //
 // Targets are layered; dependencies point down only:
-//   C shims / system libraries  CVigilShim
+//   C shims / system libraries  CVigilShim, CUdev (libudev), CDBus (libdbus-1),
+//                                CBluetooth (libbluetooth's headers), CPaho (Paho MQTT C, dlopen'd)
 //   typed system wrappers        VigilSystem (event loop, sockets, cgroups, spawn),
-//                                VigilUdev, VigilSerial, VigilDBus
+//                                VigilUdev, VigilSerial, VigilDBus, VigilL2CAP, VigilMQTT
 //   wire format, TOML            VigilProtocol, VigilTOML
 //   domain                       VigilLifecycle (the lifecycle engine and the manifest it reads),
 //                                VigilStreams (session logs, holders: every byte transport's),
 //                                VigilAccessories, VigilBluetooth
 //   files                        VigilConfig (manifest and daemon config files, in TOML)
-//   daemon, client, CLI          VigilDaemon + vigild, VigilKit, vigilctl, examples
+//   daemon, client, CLI          VigilDaemon (a core and its components; docs/architecture.md) + vigild,
+//                                VigilKit, VigilTimeline, vigilctl, examples (VigilDemoApp, SensorLogger,
+//                                HeartRateBridge), VigilTOMLCheck
+//   benchmarks                   VigilBench, WakeFloor (C), EngineBench, AccessoryBench
+//   fuzzing                      CLibFuzzer, FuzzSupport, FuzzFrames, FuzzGATT, FuzzTOML
+//   tests                        one test target per library, VigilDaemonTests (components in-process),
+//                                VigilIntegrationTests (the real vigild), VigilFuzzTests (saved inputs)
 import PackageDescription
 
 let strict: [SwiftSetting] = [.swiftLanguageMode(.v6)]

@@ -186,7 +186,7 @@ extension DaemonCore {
     func status() -> DaemonStatus {
         var status = DaemonStatus(
             daemon: Self.version, pid: getpid(), protocolVersion: ProtocolVersion.current, socket: socketPath,
-            suspension: apps.suspender.mechanism, suspensionDetail: apps.suspender.detail, cgroupRoot: apps.suspender.cgroupRoot,
+            suspension: apps.suspension.mechanism, suspensionDetail: apps.suspension.detail, cgroupRoot: apps.suspension.cgroupRoot,
             apps: engine.apps.count, manifestProblems: manifestProblems, timings: config.timings.asDictionary,
             uptime: Double((MonotonicInstant.now() - started).components.seconds), onStop: onStop.rawValue,
             bluetooth: nil)

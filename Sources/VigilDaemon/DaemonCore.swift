@@ -81,13 +81,15 @@ actor DaemonCore {
         self.metricsComponent = metrics
         self.stateStore = StateStore(directory: config.stateDirectory, durability: config.durability)
         self.manifestPolicy = Self.manifestPolicy(for: config)
-        // Start order: the apps' processes first (adopted before anything
-        // delivers); Bluetooth before L2CAP (which uses its links); the
-        // stream layer before the transports whose sessions it carries (they
-        // take back what it read from sessions.json).
+        // Start order (the stop's is the reverse): metrics first (it counts
+        // from the start); the apps' processes (adopted and relaunched before
+        // anything delivers); the stream layer before the transports whose
+        // sessions it carries (they take back what it read from
+        // sessions.json); Bluetooth before L2CAP (which uses its links). The
+        // order is also that of systemd's status line.
         let components: [any DaemonComponent] = [
-            metrics, apps, BluetoothComponent(), RefreshComponent(), MQTTComponent(),
-            StreamSessions(), AccessoriesComponent(portKeeperCommand: portKeeper), L2CAPComponent(), DemoComponent(), systemd,
+            metrics, apps, StreamSessions(), AccessoriesComponent(portKeeperCommand: portKeeper), BluetoothComponent(),
+            L2CAPComponent(), RefreshComponent(), MQTTComponent(), DemoComponent(), systemd,
         ]
         self.components = components
         self.requestRoutes = Self.routes(for: components)
@@ -116,7 +118,7 @@ actor DaemonCore {
         // any other component delivers.
         try startComponents(restoring: saved)
         logger.notice("listening", metadata: [
-            "socket": "\(socketPath)", "suspension": "\(apps.suspender.mechanism.rawValue)", "detail": "\(apps.suspender.detail)",
+            "socket": "\(socketPath)", "suspension": "\(apps.suspension.mechanism.rawValue)", "detail": "\(apps.suspension.detail)",
         ])
         rearmEngineTimer()
     }

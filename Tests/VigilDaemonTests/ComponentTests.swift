@@ -17,21 +17,14 @@ import VigilSystem
         _ components: @escaping @Sendable () -> [any DaemonComponent], configure: @escaping @Sendable (inout DaemonConfig) -> Void = { _ in },
         _ body: (FakeServices) async throws -> Void
     ) async throws {
-        let directory = "/tmp/vigil-components-test-\(getpid())-\(MonotonicInstant.now().nanoseconds)"
-        #expect(mkdir(directory, 0o700) == 0)
-        defer { removeTree(directory) }
-        let loop = try EventLoop(name: "components-test")
-        loop.start()
-        defer {
-            loop.stop()
-            loop.waitUntilStopped()
+        try await withLoop(named: "components-test") { loop, directory in
+            let services = FakeServices(loop: loop, stateDirectory: directory, bufferLimit: 64 * 1024, configure: configure)
+            try await services.run { services in
+                services.components = components()
+                try services.launchConnected(Self.app, mode: .externalAccessory)
+            }
+            try await body(services)
         }
-        let services = FakeServices(loop: loop, stateDirectory: directory, bufferLimit: 64 * 1024, configure: configure)
-        try await services.run { services in
-            services.components = components()
-            try services.launchConnected(Self.app, mode: .externalAccessory)
-        }
-        try await body(services)
     }
 
     /// A request as the core hands it to a component.

@@ -1,4 +1,5 @@
 import Glibc
+import SystemPackage
 import Logging
 import VigilConfig
 import VigilLifecycle
@@ -175,6 +176,21 @@ final class SocketpairEndpoint: StreamEndpoint {
         closed = true
         stream.close()
     }
+}
+
+/// A fresh state directory and a running event loop for one test, both
+/// gone when `body` returns.
+func withLoop(named name: String, _ body: (EventLoop, String) async throws -> Void) async throws {
+    let directory = "/tmp/vigil-\(name)-\(getpid())-\(MonotonicInstant.now().nanoseconds)"
+    guard mkdir(directory, 0o700) == 0 else { throw SystemError(Errno(rawValue: errno), "mkdir", path: directory) }
+    defer { removeTree(directory) }
+    let loop = try EventLoop(name: name)
+    loop.start()
+    defer {
+        loop.stop()
+        loop.waitUntilStopped()
+    }
+    try await body(loop, directory)
 }
 
 /// Removes a folder and what it holds (a test's state directory).

@@ -18,13 +18,22 @@ def usb_path(port="1-2"):
     return f"/sys/devices/pci0000:00/0000:00:14.0/usb1/{port}"
 
 
-def by_id(serial="VGL123"):
-    # As udev builds it: anything but [A-Za-z0-9._-] becomes "_".
-    safe = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in serial)
-    return f"/dev/serial/by-id/usb-Vigil_Labs_Vigil_Sensor_{safe}-if00"
+def _udev_safe(text):
+    # As udev builds by-id names: anything but [A-Za-z0-9._-] becomes "_".
+    return "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in text)
 
 
-def usb_device(port="1-2", serial="VGL123", manufacturer="Vigil Labs", product="Vigil Sensor"):
+def _udev_encoded(text):
+    # ID_VENDOR_ENC/ID_MODEL_ENC: blanks (and other unsafe bytes) as \xNN.
+    return "".join(c if c.isascii() and (c.isalnum() or c in "._-") else f"\\x{ord(c):02x}" for c in text)
+
+
+def by_id(serial="VGL123", manufacturer="Vigil Labs", product="Vigil Sensor"):
+    return f"/dev/serial/by-id/usb-{_udev_safe(manufacturer)}_{_udev_safe(product)}_{_udev_safe(serial)}-if00"
+
+
+def usb_device(port="1-2", serial="VGL123", manufacturer="Vigil Labs", product="Vigil Sensor",
+               vendor_id="1209", product_id="0001"):
     usb = usb_path(port)
     devnum = 3 + int(port.rpartition("-")[2])
     return f"""P: {usb[4:]}
@@ -34,9 +43,9 @@ E: DEVTYPE=usb_device
 E: DRIVER=usb
 E: BUSNUM=001
 E: DEVNUM={devnum:03d}
-E: PRODUCT=1209/1/102
-A: idVendor=1209
-A: idProduct=0001
+E: PRODUCT={int(vendor_id, 16):x}/{int(product_id, 16):x}/102
+A: idVendor={vendor_id}
+A: idProduct={product_id}
 A: serial={serial}
 A: manufacturer={manufacturer}
 A: product={product}
@@ -53,7 +62,9 @@ A: bInterfaceNumber=00
 """
 
 
-def tty(name, minor, protocols=PROTOCOLS, port="1-2", serial="VGL123", vigil_name="Vigil Sensor"):
+def tty(name, minor, protocols=PROTOCOLS, port="1-2", serial="VGL123", vigil_name="Vigil Sensor",
+        vendor_id="1209", product_id="0001", manufacturer="Vigil Labs", product="Vigil Sensor",
+        line_settings="115200 8N1 rtscts"):
     # Properties as udevd's usb_id builtin and udev/70-vigil-accessories.rules set them.
     return f"""P: {usb_path(port)[4:]}/{port}:1.0/tty/{name}
 N: {name}
@@ -62,19 +73,19 @@ E: DEVNAME=/dev/{name}
 E: MAJOR=166
 E: MINOR={minor}
 E: ID_BUS=usb
-E: ID_VENDOR_ID=1209
-E: ID_MODEL_ID=0001
+E: ID_VENDOR_ID={vendor_id}
+E: ID_MODEL_ID={product_id}
 E: ID_SERIAL_SHORT={serial}
-E: ID_VENDOR_ENC=Vigil\\x20Labs
-E: ID_MODEL_ENC=Vigil\\x20Sensor
+E: ID_VENDOR_ENC={_udev_encoded(manufacturer)}
+E: ID_MODEL_ENC={_udev_encoded(product)}
 E: ID_REVISION=0102
 E: ID_USB_INTERFACE_NUM=00
 E: ID_USB_DRIVER=cdc_acm
-E: DEVLINKS={by_id(serial)} /dev/serial/by-path/pci-0000:00:14.0-usb-0:{port[2:]}:1.0
+E: DEVLINKS={by_id(serial, manufacturer, product)} /dev/serial/by-path/pci-0000:00:14.0-usb-0:{port[2:]}:1.0
 E: ID_MM_DEVICE_IGNORE=1
 E: VIGIL_ACCESSORY=1
 E: VIGIL_PROTOCOLS={protocols}
-E: VIGIL_SERIAL=115200 8N1 rtscts
+E: VIGIL_SERIAL={line_settings}
 E: VIGIL_NAME={vigil_name}
 """
 
@@ -85,9 +96,11 @@ class VirtualSerialAccessory:
     unplugs it the way the kernel does."""
 
     def __init__(self, testbed, protocols=PROTOCOLS, port="1-2", serial="VGL123", manufacturer="Vigil Labs",
-                 product="Vigil Sensor", name="Vigil Sensor", first_number=0):
+                 product="Vigil Sensor", name="Vigil Sensor", first_number=0, vendor_id="1209",
+                 product_id="0001", line_settings="115200 8N1 rtscts"):
         """Defaults are the one sensor every test knows; another device needs its
-        own USB `port` and `first_number` (its nodes are ttyACM<first_number>...)."""
+        own USB `port` and `first_number` (its nodes are ttyACM<first_number>...).
+        `vendor_id`/`product_id` are four hex digits."""
         self.testbed = testbed
         self.protocols = protocols
         self.port = port
@@ -95,6 +108,9 @@ class VirtualSerialAccessory:
         self.manufacturer = manufacturer
         self.product = product
         self.name = name
+        self.vendor_id = vendor_id
+        self.product_id = product_id
+        self.line_settings = line_settings
         self.number = first_number - 1
         self.pty = None
 
@@ -120,8 +136,9 @@ class VirtualSerialAccessory:
 
         self.number += 1
         self.testbed.add_from_string(
-            usb_device(self.port, self.serial, self.manufacturer, self.product) + "\n"
-            + tty(f"ttyACM{self.number}", self.number, self.protocols, self.port, self.serial, self.name))
+            usb_device(self.port, self.serial, self.manufacturer, self.product, self.vendor_id, self.product_id)
+            + "\n" + tty(f"ttyACM{self.number}", self.number, self.protocols, self.port, self.serial, self.name,
+                         self.vendor_id, self.product_id, self.manufacturer, self.product, self.line_settings))
         # Not inherited: closing it here must hang up the node for whoever opened it.
         self.pty = self.testbed.get_dev_fd(self.node)
         os.set_inheritable(self.pty, False)

@@ -10,6 +10,15 @@ enum Requester: Equatable, Sendable {
         if case let .app(id) = self { return id }
         return nil
     }
+
+    /// The app that sent `message`, for a request of the app role only: a
+    /// control client is answered as for a type it does not know.
+    func app(sending message: IncomingMessage) throws(ProtocolError) -> String {
+        guard case let .app(id) = self else {
+            throw ProtocolError(.unknownMessage, "unknown message type '\(message.type)' for a control client", id: message.id)
+        }
+        return id
+    }
 }
 
 /// One subsystem of the daemon (MQTT, accessories, Bluetooth, ...): it owns

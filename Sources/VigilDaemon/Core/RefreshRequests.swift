@@ -12,9 +12,7 @@ final class RefreshComponent: DaemonComponent {
         _ message: IncomingMessage, from requester: Requester, on connection: ClientConnection,
         services: isolated S
     ) throws(ProtocolError) {
-        guard let app = requester.app else {
-            throw ProtocolError(.unknownMessage, "unknown message type '\(message.type)' for a control client", id: message.id)
-        }
+        let app = try requester.app(sending: message)
         switch message.type {
         case ScheduleRefresh.type:
             let request: ScheduleRefresh = try message.decode()

@@ -52,10 +52,7 @@ final class L2CAPComponent: StreamTransport, BluetoothLinkObserver {
     func handle<S: DaemonServices>(
         _ message: IncomingMessage, from requester: Requester, on connection: ClientConnection, services: isolated S
     ) throws(ProtocolError) {
-        let client: BluetoothClient = switch requester {
-        case let .app(app): .app(app)
-        case let .control(connection): .control(connection)
-        }
+        let client = BluetoothClient(requester)
         let id = message.id
         guard let links = services.bluetoothLinks else {
             throw ProtocolError(.unavailable, "Bluetooth is disabled in this daemon's config", id: id)

@@ -10,9 +10,7 @@ extension MQTTComponent {
         _ message: IncomingMessage, from requester: Requester, on connection: ClientConnection,
         services: isolated S
     ) throws(ProtocolError) {
-        guard let app = requester.app else {
-            throw ProtocolError(.unknownMessage, "unknown message type '\(message.type)' for a control client", id: message.id)
-        }
+        let app = try requester.app(sending: message)
         let request: MQTTPublish = try message.decode()
         guard let mqtt = link else {
             throw ProtocolError(.unavailable, "MQTT is not configured (vigild.toml has no [mqtt] broker)", id: message.id)

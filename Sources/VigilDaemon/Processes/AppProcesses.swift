@@ -17,7 +17,7 @@ import VigilSystem
 final class AppProcesses: DaemonComponent {
     let name = "apps"
     /// How apps are confined and suspended (cgroup freezer or signals).
-    let suspender: any Suspender
+    private let suspender: any Suspender
     private var processes: [String: AppProcess] = [:]
     /// What the next daemon needs to adopt the app processes (see `ProcessRecord`).
     private let records: ProcessRecordFile
@@ -83,6 +83,11 @@ final class AppProcesses: DaemonComponent {
     }
 
     // MARK: The component's hooks
+
+    /// How apps are suspended here, and why (for `status` and the log).
+    var suspension: (mechanism: SuspensionMechanism, detail: String, cgroupRoot: String?) {
+        (suspender.mechanism, suspender.detail, suspender.cgroupRoot)
+    }
 
     func manifestsReloaded<S: DaemonServices>(services: isolated S) {
         identities = [:]

@@ -419,10 +419,7 @@ final class StreamSessions: DaemonComponent {
     func handle<S: DaemonServices>(
         _ message: IncomingMessage, from requester: Requester, on connection: ClientConnection, services: isolated S
     ) throws(ProtocolError) {
-        let holder: SessionHolder = switch requester {
-        case let .app(app): .app(app)
-        case let .control(connection): .control(connection)
-        }
+        let holder = SessionHolder(requester)
         switch message.type {
         case WriteToSession.type:
             let request: WriteToSession = try message.decode()
@@ -508,4 +505,14 @@ final class StreamSessions: DaemonComponent {
     // For the layer's own files (`StreamSessions+Logs`).
     func session(_ id: Int) -> StreamSession? { sessions[id] }
     var savedIDs: [Int] { unclaimed.map(\.id) }
+}
+
+extension SessionHolder {
+    /// A session is held by the client that opened it.
+    init(_ requester: Requester) {
+        switch requester {
+        case let .app(app): self = .app(app)
+        case let .control(connection): self = .control(connection)
+        }
+    }
 }

@@ -1,5 +1,7 @@
 """The control role against a real vigild."""
 
+import asyncio
+
 import pytest
 
 import vigil
@@ -35,3 +37,27 @@ async def test_plain_process_cannot_be_an_app(vigild: VigilDaemon) -> None:
     with pytest.raises(vigil.VigilError) as refusal:
         await vigil.App(vigild.socket).connect()
     assert refusal.value.code == "unauthorized"
+
+
+async def test_typed_results_and_following_the_log(vigild: VigilDaemon) -> None:
+    vigild.install_app("org.example.sleeper", ["/bin/sleep", "60"])
+    async with vigil.Control(vigild.socket) as control:
+        assert not {"type", "id"} & set(await control.status())  # no frame envelope
+        assert not {"type", "id"} & set(await control.wake("org.example.sleeper"))
+        decisions = control.follow_log(app="org.example.sleeper")
+        first = await asyncio.wait_for(anext(decisions), 20)  # the wake's launch, from the log so far
+        assert isinstance(first, vigil.Decision) and first.app == "org.example.sleeper" and first.time > 0
+        info = await control.app_info("org.example.sleeper")
+        assert isinstance(info, vigil.AppInfo) and info.id == "org.example.sleeper" and info.pid
+        assert info.launches >= 1 and info.manifest_path and info.manifest_path.endswith("org.example.sleeper.toml")
+        assert [a.id for a in await control.app_list()] == ["org.example.sleeper"]
+        await control.quit("org.example.sleeper")
+        quit = None
+        async with asyncio.timeout(20):
+            async for decision in decisions:  # each new decision as it is made
+                if decision.action == "quit" or decision.state == "notRunning":
+                    quit = decision
+                    break
+        assert quit is not None and quit.time >= first.time
+        assert (await control.decisions(app="org.example.sleeper"))[-1].time >= quit.time
+    assert vigild.app_info("org.example.sleeper").state == "notRunning"

@@ -7,6 +7,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from vigil.testing import VigilDaemon, VirtualAccessory
 
 labgrid = pytest.importorskip("labgrid")
 PLACE = "vigil-sensor"
+pytest_plugins = ["pytester"]
 
 
 def free_port() -> int:
@@ -100,3 +102,37 @@ def test_a_place_gives_a_console_that_survives_a_replug(farm, virtual_accessory:
     virtual_accessory.write(b"still here")
     console.expect("still here", timeout=10)
     target.deactivate(console)
+
+
+def test_the_plugin_takes_a_labgrid_place_for_accessory_session(farm, virtual_accessory: VirtualAccessory,
+                                                                pytester: pytest.Pytester,
+                                                                request: pytest.FixtureRequest) -> None:
+    """A suite of the plugin's own, run with --lg-env and --vigil-place: its accessory_session is the place's
+    session (through the gateway's vigild), while this test plays the device: it answers each line."""
+    (pytester.path / "env.yaml").write_text(
+        f"targets:\n  main:\n    resources:\n      RemotePlace:\n        name: {PLACE}\n"
+        "    drivers:\n      VigilSessionDriver: {}\nimports:\n  - vigil.labgrid\n")
+    pytester.makepyfile(test_on_the_rig="""
+        def test_the_device_answers(accessory_session):
+            accessory_session.write(b"status\\\\n")
+            assert accessory_session.expect(rb"ack:status\\\\n", timeout=20)
+            accessory_session.write(b"version\\\\n")
+            assert accessory_session.expect(rb"ack:version\\\\n", timeout=20)
+    """)
+    stop = threading.Event()
+
+    def device() -> None:  # echoes every line the host sends, as "ack:LINE"
+        while not stop.is_set():
+            line = virtual_accessory.read(timeout=0.2)
+            if line:
+                virtual_accessory.write(b"ack:" + line)
+
+    answering = threading.Thread(target=device)
+    answering.start()
+    try:
+        pytester._monkeypatch.setenv("PYTHONPATH", os.pathsep.join(sys.path))
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--lg-env", "env.yaml", "--vigil-place")
+    finally:
+        stop.set()
+        answering.join()
+    result.assert_outcomes(passed=1)

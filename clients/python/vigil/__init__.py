@@ -30,10 +30,12 @@ from .ble import (
 )
 from .control import Control
 from .l2cap import L2CAPChannel
+from .records import AppInfo, Decision, DeviceChange, Task
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AppInfo", "Decision", "DeviceChange", "Task",
     "DEFAULT_TIMEOUT", "Connection", "RequestTimeout", "CLIENT_NAME", "FATAL_CODES", "MAX_BODY_BYTES",
     "MAX_HEADER_BYTES", "PROTOCOL_VERSIONS", "SYSTEM_SOCKET", "WRITE_CHUNK", "ConnectionClosed", "FrameDecoder",
     "Message", "VigilError", "encode_frame", "monotonic_ns", "socket_path", "NotificationValue", "SessionLogs",

@@ -7,11 +7,14 @@ same fixture methods, so a test moves from virtual to lab hardware with
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from .testing import ByteStream, SerialAccessory, VirtualAccessory
 
 #: What the host testbed's accessory is (Tests/python/accessory_testbed.py), made a gadget.
 VENDOR, PRODUCT, SERIAL = 0x1209, 0x0001, "VGL123"
@@ -29,13 +32,17 @@ def _lab(repo: Path) -> Any:
     return vigillab
 
 
-class LabAccessory:
+class LabAccessory(VirtualAccessory):
     """A USB CDC-ACM gadget with the testbed accessory's identity; vigild sees
-    it through the guest's real udev (the node as `/dev/ttyACMn`)."""
+    it through the guest's real udev (the node as `/dev/ttyACMn`). The
+    virtual accessory's methods (read, expect, write, unplug, plug)."""
 
     NAME = "vigil-pytest"
 
     def __init__(self, repo: Path) -> None:
+        ByteStream.__init__(self)
+        self.description = SerialAccessory()
+        self.log_path = None
         self._lab = lab = _lab(repo)
         lab.udev_up()
         lab.usb_init(2)
@@ -66,8 +73,10 @@ class LabAccessory:
     def write(self, data: bytes) -> None:
         self._lab.write_all(self._fd, bytes(data))
 
-    def read(self, count: int) -> bytes:
-        return bytes(self._lab.read_exact(self._fd, count, 10.0, "bytes from the host"))
+    def _more(self, timeout: float) -> bytes:
+        if select.select([self._fd], [], [], max(timeout, 0))[0]:
+            return os.read(self._fd, 65536)
+        return b""
 
     def close(self) -> None:
         if self._fd >= 0:

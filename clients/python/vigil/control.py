@@ -11,6 +11,7 @@ from ._connection import DEFAULT_TIMEOUT, Connection
 from ._frames import CLIENT_NAME, SYSTEM_SOCKET, ConnectionClosed, Message
 from ._mailbox import Mailbox
 from .accessories import Accessory, AccessoryChange, Closed, Data
+from .records import AppInfo, Decision, DeviceChange
 
 JSON = dict[str, Any]
 
@@ -89,7 +90,16 @@ class Control(Client):
     # -- the daemon and its apps
 
     async def status(self) -> JSON:
-        return (await self.request("status")).header
+        """The status reply's members (no frame envelope: `type`, `id`)."""
+        return _members((await self.request("status")).header)
+
+    async def app_list(self) -> list[AppInfo]:
+        """The apps, typed."""
+        return [AppInfo.from_json(app) for app in await self.apps()]
+
+    async def app_info(self, app_id: str) -> AppInfo:
+        """One app, typed (KeyError if the daemon has none of that id)."""
+        return AppInfo.from_json(await self.app(app_id))
 
     async def apps(self) -> list[JSON]:
         return list((await self.request("apps"))["apps"])
@@ -124,7 +134,8 @@ class Control(Client):
     async def wake(self, app: str, kind: str = "test", attributes: Mapping[str, Any] | None = None,
                    payload: bytes = b"") -> JSON:
         """Delivers an event as real sources do; the reply (`seq`, `disposition`)."""
-        return (await self.request("wake", body=payload, app=app, kind=kind, attributes=dict(attributes or {}))).header
+        return _members((await self.request("wake", body=payload, app=app, kind=kind,
+                                            attributes=dict(attributes or {}))).header)
 
     async def log(self, app: str | None = None, limit: int | None = None, since: float | None = None) -> list[JSON]:
         """The decision log, oldest first: {time, app, action, reason, state};
@@ -135,23 +146,30 @@ class Control(Client):
         """Devices that came and went, oldest first: {time, kind, device, change, detail}."""
         return list((await self.request("log", **self._log_members(None, 0, since))).get("devices") or [])
 
+    async def decisions(self, app: str | None = None, limit: int | None = None,
+                        since: float | None = None) -> list[Decision]:
+        """The decision log, typed, oldest first."""
+        return [Decision.from_json(d) for d in await self.log(app, limit, since)]
+
+    async def device_changes(self, since: float | None = None) -> list[DeviceChange]:
+        """Devices that came and went, typed, oldest first."""
+        return [DeviceChange.from_json(d) for d in await self.devices(since)]
+
     async def follow_log(self, app: str | None = None, limit: int | None = None,
-                         since: float | None = None) -> AsyncIterator[JSON]:
-        """The decision log so far, then each new decision as it is made."""
-        self._decisions = Mailbox()
+                         since: float | None = None) -> AsyncIterator[Decision]:
+        """The decision log so far, then each new decision as it is made, until the
+        connection ends: `async for decision in control.follow_log(): ...`"""
+        self._decisions = decisions = Mailbox[JSON]()
         reply = await self.request("log", follow=True, **self._log_members(app, limit, since))
         for decision in reply["decisions"]:
-            self._decisions.put(decision)
-        return self._follow(self._decisions)
-
-    async def _follow(self, decisions: Mailbox[JSON]) -> AsyncIterator[JSON]:
+            yield Decision.from_json(decision)
         while True:
             try:
-                decision = await decisions.get()
+                pushed = await decisions.get()
             except Exception:  # noqa: BLE001 - the connection ended
                 return
-            if decision is not None:
-                yield decision
+            if pushed is not None:
+                yield Decision.from_json(pushed)
 
     @staticmethod
     def _log_members(app: str | None, limit: int | None, since: float | None) -> JSON:
@@ -166,13 +184,13 @@ class Control(Client):
 
     async def reload(self) -> JSON:
         """Reads the manifests again: `apps` (ids) and `problems`."""
-        return (await self.request("reload")).header
+        return _members((await self.request("reload")).header)
 
     # -- accessories
 
     async def accessory_status(self) -> JSON:
         """The whole `accessories` reply: `accessories`, `sessions` (traffic and loss counters), `problems`."""
-        return (await self.request("accessories")).header
+        return _members((await self.request("accessories")).header)
 
     async def watch_accessories(self) -> AsyncIterator[AccessoryChange]:
         """The accessories now (as `connected` changes), then every change as it comes."""
@@ -190,3 +208,8 @@ class Control(Client):
                 return
             if change is not None:
                 yield change
+
+
+def _members(header: JSON) -> JSON:
+    """A reply's members without the frame's envelope (`type`, `id`)."""
+    return {key: value for key, value in header.items() if key not in ("type", "id")}

@@ -56,6 +56,7 @@ except ImportError as missing:  # pragma: no cover - depends on the installation
 
 from ._frames import VigilError, socket_path
 from .sync import ControlClient
+from .testing import ByteStream, ControlSession
 
 
 def _matches(accessory: dict[str, Any], serial_number: str, protocol: str, vendor_id: str | None,
@@ -256,3 +257,26 @@ if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] != "exporter":
         sys.exit("usage: python -m vigil.labgrid exporter [labgrid-exporter options] CONFIG")
     exporter_main(sys.argv[2:])
+
+
+class PlaceSession(ControlSession):
+    """The pytest plugin's `accessory_session` through a labgrid place (--vigil-place):
+    write, read(n, timeout=), expect(pattern, timeout=) on a VigilSessionDriver's session,
+    which waits across the accessory's unplug and replug."""
+
+    def __init__(self, driver: VigilSessionDriver) -> None:
+        ByteStream.__init__(self)
+        self.driver = driver
+        assert driver._control is not None and driver._session is not None
+        self.control = driver._control
+        self.id = driver._session
+        self.close_reason = None
+
+    def write(self, data: bytes) -> int:
+        return int(self.driver.write(bytes(data)))
+
+    def _more(self, timeout: float) -> bytes:
+        try:
+            return bytes(self.driver.read(size=1, timeout=max(timeout, 0.0), max_size=65536))
+        except TimeoutError:
+            return b""

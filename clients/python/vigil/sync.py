@@ -26,6 +26,7 @@ from ._frames import (  # noqa: F401 - re-exported for vigil_client.py
 from ._payloads import NotificationValue, SessionLogs, notification_values  # noqa: F401
 from .app import App, Event, Lifecycle
 from .control import Control
+from .records import AppInfo, Decision, DeviceChange
 
 T = TypeVar("T")
 JSON = dict[str, Any]
@@ -162,6 +163,19 @@ class ControlClient(Connection):
 
     def devices(self, since: float | None = None) -> list[JSON]:
         return self._run(self.control.devices(since))
+
+    def app_list(self) -> list[AppInfo]:
+        return self._run(self.control.app_list())
+
+    def app_info(self, app_id: str) -> AppInfo:
+        return self._run(self.control.app_info(app_id))
+
+    def decisions(self, app: str | None = None, limit: int | None = None,
+                  since: float | None = None) -> list[Decision]:
+        return self._run(self.control.decisions(app, limit, since))
+
+    def device_changes(self, since: float | None = None) -> list[DeviceChange]:
+        return self._run(self.control.device_changes(since))
 
     def reload(self) -> JSON:
         return self._run(self.control.reload())

@@ -7,26 +7,32 @@ without pytest too.
                            background_modes=["external-accessory"])
         daemon.launch("org.example.logger")
 
-Virtual hardware comes from a Vigil checkout (found through $VIGIL_REPO, or
-above the current folder): the accessory testbed (umockdev, a pty behind a
-fake USB serial node) and the BlueZ mock (dbusmock on a private bus).
+Virtual hardware ships in the package (vigil/_rig/, copied from the
+checkout when the wheel is built; from a source checkout it is found there):
+the accessory testbed (umockdev, a pty behind a fake USB serial node) and
+the BlueZ mock (dbusmock on a private bus). Both need Debian packages:
+`missing_for_accessories()` and `missing_for_bluetooth()` say which.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from ._frames import VigilError
+from ._frames import Message, VigilError
+from .records import AppInfo, Decision, DeviceChange, clock
 from .sync import ControlClient
 
 STARTUP_TIMEOUT = 20.0
@@ -61,6 +67,69 @@ def find_vigild() -> str | None:
     return shutil.which("vigild")
 
 
+#: The rig's files: in the wheel under vigil/_rig/, in a checkout where they live.
+_RIG_FILES = {
+    "accessory_testbed.py": "Tests/python/accessory_testbed.py",
+    "virtual_usb_serial.py": "lab/host/virtual_usb_serial.py",
+    "bluez_mock.py": "Tests/bluez-mock/bluez_mock.py",
+    "vigil_bluez.py": "Tests/bluez-mock/vigil_bluez.py",
+}
+
+
+def rig_file(name: str) -> Path:
+    """One of the rig's files (accessory_testbed.py, bluez_mock.py, ...): the
+    copy shipped in this package, else the checkout's (a source tree)."""
+    shipped = Path(__file__).resolve().parent / "_rig" / name
+    if shipped.is_file():
+        return shipped
+    repo = find_repo()
+    if repo is not None and (repo / _RIG_FILES[name]).is_file():
+        return repo / _RIG_FILES[name]
+    raise FileNotFoundError(f"{name} is in neither the vigil package (vigil/_rig) nor a Vigil checkout: "
+                            "install vigil from its wheel")
+
+
+#: The interpreter the testbed and the BlueZ mock's dbusmock run in: Debian's (GI bindings, dbusmock).
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+@functools.cache
+def _system_python_imports(code: str) -> bool:
+    if not os.access(SYSTEM_PYTHON, os.X_OK):
+        return False
+    return subprocess.run([SYSTEM_PYTHON, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode == 0
+
+
+def missing_for_accessories() -> str | None:
+    """Why the virtual accessory cannot run here (naming the Debian packages), or None."""
+    if not shutil.which("umockdev-wrapper"):
+        return "the virtual accessory needs umockdev-wrapper: apt install umockdev gir1.2-umockdev-1.0 python3-gi"
+    if not _system_python_imports("import gi; gi.require_version('UMockdev', '1.0'); "
+                                  "from gi.repository import UMockdev"):
+        return (f"the virtual accessory needs umockdev's GI binding in {SYSTEM_PYTHON}: "
+                "apt install python3 python3-gi gir1.2-umockdev-1.0")
+    return None
+
+
+def missing_for_bluetooth() -> str | None:
+    """Why the BlueZ mock cannot run here (naming the Debian packages), or None."""
+    if not shutil.which("dbus-daemon"):
+        return "the BlueZ mock needs dbus-daemon: apt install dbus-daemon"
+    mock_python = os.environ.get("VIGIL_BLUEZ_MOCK_PYTHON", SYSTEM_PYTHON)
+    if mock_python == SYSTEM_PYTHON and not _system_python_imports("import dbusmock"):
+        return f"the BlueZ mock needs python-dbusmock in {SYSTEM_PYTHON}: apt install python3-dbusmock"
+    try:
+        import dbus  # type: ignore[import-not-found, import-untyped, unused-ignore]  # noqa: F401
+    except ImportError:
+        if os.path.realpath(sys.base_prefix) != "/usr":
+            return (f"the BlueZ mock needs python3-dbus, which only Debian's python3 imports; this is {sys.executable} "
+                    "(from another Python): make the venv with /usr/bin/python3 -m venv --system-site-packages")
+        return ("the BlueZ mock needs python3-dbus importable here: apt install python3-dbus, and make the venv "
+                "with /usr/bin/python3 -m venv --system-site-packages")
+    return None
+
+
 def unified_cgroup() -> str | None:
     """Where a private cgroup root can go (root only), or None (signal fallback)."""
     unified = "/sys/fs/cgroup/unified" if os.path.isdir("/sys/fs/cgroup/unified") else "/sys/fs/cgroup"
@@ -81,49 +150,203 @@ def _toml(value: Any) -> str:
     raise TypeError(f"cannot write {value!r} as TOML")
 
 
-class VirtualAccessory:
-    """The fake USB serial accessory of the checkout's testbed
-    (Tests/python/accessory_testbed.py: 1209:0001, serial VGL123, protocols
-    org.example.sensor and org.example.dfu). vigild runs inside the testbed."""
+def _clock() -> str:
+    """Now as the decision log shows times (UTC, milliseconds)."""
+    return clock(time.time())
 
-    PROTOCOLS = ("org.example.sensor", "org.example.dfu")
 
-    def __init__(self, process: subprocess.Popen[str]) -> None:
+@dataclasses.dataclass(frozen=True)
+class SerialAccessory:
+    """A virtual USB serial accessory to plug into the testbed: its USB
+    identity, the protocol strings udev gives it (VIGIL_PROTOCOLS), its line
+    settings. `name` is how a test picks it (`virtual_accessories[name]`)."""
+    name: str = "sensor"
+    vendor_id: str = "1209"
+    product_id: str = "0001"
+    serial: str = "VGL123"
+    manufacturer: str = "Vigil Labs"
+    product: str = "Vigil Sensor"
+    protocols: tuple[str, ...] = ("org.example.sensor", "org.example.dfu")
+    line_settings: str = "115200 8N1 rtscts"
+
+    def __post_init__(self) -> None:
+        for field in ("vendor_id", "product_id"):
+            if not re.fullmatch(r"[0-9a-fA-F]{4}", getattr(self, field)):
+                raise ValueError(f"SerialAccessory {self.name}: {field} must be four hex digits")
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name):
+            raise ValueError(f"SerialAccessory name {self.name!r}: letters, digits, '_', '.', '-' only")
+        if not self.protocols:
+            raise ValueError(f"SerialAccessory {self.name}: at least one protocol string")
+        object.__setattr__(self, "protocols", tuple(self.protocols))
+
+    def testbed_options(self, index: int) -> str:
+        """The testbed's --device NAME=JSON (each device its own USB port and ttyACM numbers)."""
+        return self.name + "=" + json.dumps({
+            "port": f"1-{2 + index}", "first_number": 10 * index, "serial": self.serial,
+            "manufacturer": self.manufacturer, "product": self.product, "name": self.product,
+            "vendor_id": self.vendor_id.lower(), "product_id": self.product_id.lower(),
+            "protocols": " ".join(self.protocols), "line_settings": self.line_settings})
+
+
+class ExpectTimeout(AssertionError):
+    """`expect` saw no match in time; `received` is what came (and stays buffered)."""
+
+    def __init__(self, message: str, received: bytes) -> None:
+        super().__init__(message)
+        self.received = received
+
+
+class ByteStream:
+    """read(n, timeout=) and expect(pattern, timeout=) over a source of bytes,
+    with a buffer: what a read or an expect did not take stays for the next."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self.ended = False
+
+    def _more(self, timeout: float) -> bytes:
+        """Bytes that came within `timeout` (b"" if none); sets `ended` at the end of the stream."""
+        raise NotImplementedError
+
+    def _fill(self, deadline: float) -> bool:
+        """Adds what comes before `deadline` to the buffer; False when nothing more can come in time."""
+        remaining = deadline - time.monotonic()
+        if self.ended or remaining <= 0:
+            return False
+        data = self._more(min(remaining, 1.0))
+        self._buffer += data
+        return bool(data) or (not self.ended and time.monotonic() < deadline)
+
+    def read(self, n: int | None = None, timeout: float = 10.0) -> bytes:
+        """`n` bytes, or fewer if the stream ended or `timeout` s passed first;
+        without `n`, what is there as soon as anything is (b"": nothing in time)."""
+        deadline = time.monotonic() + timeout
+        wanted = 1 if n is None else n
+        while len(self._buffer) < wanted and self._fill(deadline):
+            pass
+        if n is None and self._buffer and not self.ended:
+            self._buffer += self._more(0)  # whatever else is there already
+        take = len(self._buffer) if n is None else n
+        data, self._buffer = self._buffer[:take], self._buffer[take:]
+        return data
+
+    def expect(self, pattern: bytes | str | re.Pattern[bytes], timeout: float = 10.0) -> re.Match[bytes]:
+        """Waits until `pattern` (a regular expression; str is UTF-8 encoded) matches what came;
+        consumes up to the match's end and returns the match. ExpectTimeout if it did not match
+        within `timeout` s or before the stream ended."""
+        regex = pattern if isinstance(pattern, re.Pattern) else re.compile(
+            pattern.encode() if isinstance(pattern, str) else pattern)
+        deadline = time.monotonic() + timeout
+        while True:
+            match = regex.search(self._buffer)
+            if match is not None:
+                self._buffer = self._buffer[match.end():]
+                return match
+            if not self._fill(deadline):
+                match = regex.search(self._buffer)
+                if match is not None:
+                    self._buffer = self._buffer[match.end():]
+                    return match
+                why = "the stream ended" if self.ended else f"{timeout} s passed"
+                raise ExpectTimeout(f"expected {regex.pattern!r}, {why}; received {self._buffer!r}", self._buffer)
+
+
+class VirtualAccessory(ByteStream):
+    """A virtual USB serial accessory in the testbed vigild runs in (umockdev,
+    a pty behind the node): the device's side. `write` sends to the host
+    (vigild), `read`/`expect` take what the host wrote. Every byte both ways
+    is logged with its time to `log_path` (a failing test's artifacts)."""
+
+    PROTOCOLS = SerialAccessory.protocols
+
+    def __init__(self, process: subprocess.Popen[str], description: SerialAccessory | None = None,
+                 log_path: str | os.PathLike[str] | None = None) -> None:
+        super().__init__()
         self._process = process
+        self.description = description or SerialAccessory()
+        self.log_path = None if log_path is None else Path(log_path)
+        self._prefix = "" if description is None else f"@{description.name} "
+
+    def _log(self, line: str) -> None:
+        if self.log_path is not None:
+            with open(self.log_path, "a") as log:
+                log.write(f"{_clock()} {line}\n")
 
     def _ask(self, request: str) -> str:
         assert self._process.stdin is not None and self._process.stdout is not None
-        self._process.stdin.write(request + "\n")
+        self._process.stdin.write(self._prefix + request + "\n")
         self._process.stdin.flush()
         reply = self._process.stdout.readline().strip()
         if not (reply.startswith("ok") or reply.startswith("data")):
-            raise RuntimeError(f"virtual accessory: {request!r} -> {reply!r}")
+            raise RuntimeError(f"virtual accessory {self.description.name}: {request!r} -> {reply!r}")
         return reply
 
     def write(self, data: bytes) -> None:
         """Bytes from the device to the host (vigild)."""
+        self._log(f"device -> host {bytes(data)!r}")
         self._ask("write " + bytes(data).hex())
 
-    def read(self, count: int) -> bytes:
-        """Bytes the host wrote to the device (waits up to 2 s for `count`)."""
-        return bytes.fromhex(self._ask(f"read {count}").partition(" ")[2])
+    def _more(self, timeout: float) -> bytes:
+        data = bytes.fromhex(self._ask(f"avail 65536 {max(timeout, 0):.3f}").partition(" ")[2])
+        if data:
+            self._log(f"host -> device {data!r}")
+        return data
 
     def unplug(self) -> None:
+        self._log("unplug")
         self._ask("unplug")
 
     def plug(self) -> str:
         """Plugs it back in; the new device node."""
+        self._log("plug")
         return self._ask("plug").partition(" ")[2]
+
+    def set_modem_lines(self, **lines: bool) -> None:
+        """The hook for modem-line events (DCD, DSR, RI, CTS seen by the host):
+        not there yet; it comes with vigild's line control (the line-control issue)."""
+        raise NotImplementedError("virtual modem lines come with vigild's line control")
+
+
+class ControlSession(ByteStream):
+    """A control-role session with an accessory, driven synchronously (the
+    `accessory_session` fixture): `write(bytes)`, `read(n, timeout=)`,
+    `expect(pattern, timeout=)`, `id`. Not `vigil.AccessorySession`, the
+    asyncio session an app or `vigil.Control` opens."""
+
+    def __init__(self, control: ControlClient, session: int) -> None:
+        super().__init__()
+        self.control = control
+        self.id = session
+        self.close_reason: str | None = None
+
+    def write(self, data: bytes) -> int:
+        return self.control.write(self.id, data)
+
+    def _more(self, timeout: float) -> bytes:
+        message: Message | None = self.control.next_session_output(timeout)
+        if message is None:
+            return b""
+        if message.type != "sessionData":
+            self.ended = True
+            self.close_reason = str(message.header.get("reason", ""))
+            return b""
+        return message.body
 
 
 class VigilDaemon:
     """A vigild with everything in `root`: socket, config, manifests, state,
     logs, and (as root, where cgroup v2 is there) a cgroup root of its own,
-    removed on stop. `env` is the daemon's environment (e.g. a private D-Bus)."""
+    removed on stop. `env` is the daemon's environment (e.g. a private D-Bus).
+    `accessory`: run vigild in the accessory testbed with the default virtual
+    accessory (True) or the ones described; `bluetooth=False` turns vigild's
+    Bluetooth off (no system bus: a test that did not ask for Bluetooth).
+    `report_in_errors=False` leaves the decision log out of `wait_until`'s
+    AssertionError (the pytest plugin puts it in the report once)."""
 
     def __init__(self, root: str | os.PathLike[str], *, vigild: str | None = None,
                  timings: Mapping[str, float] | None = None, settings: Mapping[str, Any] | None = None,
-                 env: Mapping[str, str] | None = None, accessory: bool = False) -> None:
+                 env: Mapping[str, str] | None = None, accessory: bool | Sequence[SerialAccessory] = False,
+                 bluetooth: bool = True, report_in_errors: bool = True) -> None:
         self.root = Path(root)
         self.vigild = vigild or find_vigild()
         if not self.vigild:
@@ -135,13 +358,25 @@ class VigilDaemon:
         self.env = dict(env or os.environ)
         self.timings = {**DEFAULT_TIMINGS, **(timings or {})}
         self.settings = dict(settings or {})
-        self.with_accessory = accessory
+        described = [SerialAccessory()] if accessory is True else list(accessory or [])
+        if len({d.name for d in described}) != len(described):
+            raise ValueError("virtual accessories need names of their own")
+        self.described_accessories = described
+        self.with_accessory = bool(described)
+        self.bluetooth = bluetooth
+        self.report_in_errors = report_in_errors
+        #: Where this daemon's folder is kept if its test fails (the pytest plugin may move it).
+        self.artifacts = self.root
+        #: A BlueZ mock this daemon uses that is not a fixture's (a rig file's `bluez-mock = true`).
+        self.bluetooth_mock: BluetoothMock | None = None
+        #: The virtual accessories by name (the first is also `accessory`).
+        self.accessories: dict[str, VirtualAccessory] = {}
         self.accessory: VirtualAccessory | None = None
         cgroup = unified_cgroup()
         self.cgroup_root = None if cgroup is None else f"{cgroup}/vigil-pytest-{os.getpid()}-{id(self):x}"
         self.process: subprocess.Popen[Any] | None = None
         self._output: IO[Any] | None = None
-        for folder in (self.apps_dir, self.root / "state", self.root / "logs"):
+        for folder in (self.apps_dir, self.root / "state", self.root / "logs", self.root / "devices"):
             folder.mkdir(parents=True, exist_ok=True)
 
     # -- configuration
@@ -151,7 +386,10 @@ class VigilDaemon:
                  f"log-dir = {_toml(str(self.root / 'logs'))}"]
         if self.cgroup_root:
             lines.append(f"cgroup-root = {_toml(self.cgroup_root)}")
-        lines += [f"{key} = {_toml(value)}" for key, value in self.settings.items()]
+        defaults: dict[str, Any] = {"app-output": "files"}  # every app's output in logs/<id>.log
+        if not self.bluetooth:
+            defaults["bluetooth"] = False
+        lines += [f"{key} = {_toml(value)}" for key, value in {**defaults, **self.settings}.items()]
         lines.append("[timings]")
         lines += [f"{key} = {_toml(value)}" for key, value in self.timings.items()]
         self.config.write_text("\n".join(lines) + "\n")
@@ -186,18 +424,23 @@ class VigilDaemon:
             self._output.close()  # a restart: the same file, appended to
         self._output = open(self.output, "ab")
         if self.with_accessory:
-            repo = find_repo()
-            if repo is None or not shutil.which("umockdev-wrapper"):
-                raise FileNotFoundError("the virtual accessory needs umockdev and a Vigil checkout ($VIGIL_REPO)")
-            testbed = str(repo / "Tests" / "python" / "accessory_testbed.py")
+            missing = missing_for_accessories()
+            if missing:
+                raise FileNotFoundError(missing)
+            testbed = str(rig_file("accessory_testbed.py"))
+            devices: list[str] = []
+            for index, description in enumerate(self.described_accessories):
+                devices += ["--device", description.testbed_options(index)]
             self.process = subprocess.Popen(
-                ["umockdev-wrapper", "/usr/bin/python3", testbed, "--", *command], env=self.env,
+                ["umockdev-wrapper", SYSTEM_PYTHON, testbed, *devices, "--", *command], env=self.env,
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._output, text=True, bufsize=1,
                 start_new_session=True)
             assert self.process.stdout is not None
             if self.process.stdout.readline().strip() != "ready":
                 raise RuntimeError(f"the accessory testbed did not start:\n{self.log_tail()}")
-            self.accessory = VirtualAccessory(self.process)
+            self.accessories = {d.name: VirtualAccessory(self.process, d, self.root / "devices" / f"{d.name}.log")
+                                for d in self.described_accessories}
+            self.accessory = self.accessories[self.described_accessories[0].name]
         else:
             self.process = subprocess.Popen(command, env=self.env, stdin=subprocess.DEVNULL, stdout=self._output,
                                             stderr=subprocess.STDOUT, start_new_session=True)
@@ -266,7 +509,12 @@ class VigilDaemon:
             return action(control)
 
     def app(self, app_id: str) -> JSON:
+        """The app object's members (see `app_info` for a typed one)."""
         return dict(next(a for a in self.control(lambda c: c.apps()) if a["id"] == app_id))
+
+    def app_info(self, app_id: str) -> AppInfo:
+        info: AppInfo = self.control(lambda c: c.app_info(app_id))
+        return info
 
     def launch(self, app_id: str) -> JSON:
         return dict(self.control(lambda c: c.app_action("launch", app_id)))
@@ -298,11 +546,30 @@ class VigilDaemon:
             if value:
                 return value
             if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{self.report()}")
+                report = f"\n{self.report()}" if self.report_in_errors else ""
+                raise AssertionError(f"timed out after {timeout} s waiting for {what}{report}")
             time.sleep(0.05)
 
     def decision_log(self, limit: int | None = 200) -> list[JSON]:
+        """The decision log's raw members (see `decisions` for typed ones)."""
         return list(self.control(lambda c: c.log(limit=limit)))
+
+    def decisions(self, app: str | None = None, limit: int | None = 200) -> list[Decision]:
+        """The decision log, oldest first (of `app` if given)."""
+        return list(self.control(lambda c: c.decisions(app=app, limit=limit)))
+
+    def device_changes(self) -> list[DeviceChange]:
+        """Devices that came and went, oldest first."""
+        return list(self.control(lambda c: c.device_changes()))
+
+    def decision_report(self, limit: int | None = 200) -> str:
+        """The timestamped decision log (UTC) and device changes, one per line, as a failure report shows them."""
+        decisions = self.decisions(limit=limit)
+        lines = [f"  {d}" for d in decisions] or ["  (no decisions)"]
+        devices = self.device_changes()
+        if devices:
+            lines += ["devices:"] + [f"  {d}" for d in devices]
+        return "\n".join(lines)
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -312,17 +579,26 @@ class VigilDaemon:
             return "(no daemon output)"
 
     def report(self) -> str:
-        """The decision log (when the daemon answers) and the end of its output, for a failure report."""
+        """The decision log (when the daemon answers; times UTC) and the end of its output, for a failure report."""
         parts = []
         if self.running:
             try:
-                decisions = self.decision_log(60)
-                parts.append("decision log:\n" + "\n".join(
-                    f"  {d.get('app')}: {d.get('action')} ({d.get('reason')}) -> {d.get('state')}" for d in decisions))
+                parts.append("decision log (UTC):\n" + self.decision_report(60))
             except (VigilError, OSError) as error:
                 parts.append(f"decision log unavailable: {error}")
         parts.append("vigild output:\n" + self.log_tail())
         return "\n".join(parts)
+
+    def save_artifacts(self) -> None:
+        """Writes what a failing test's artifact folder (the daemon's root) adds to its
+        vigild.out, logs/<app>.log and devices/<name>.log: decision-log.txt (while the daemon answers)."""
+        text = "(vigild was not running)"
+        if self.running:
+            try:
+                text = self.decision_report(None)
+            except (VigilError, OSError) as error:
+                text = f"decision log unavailable: {error}"
+        (self.root / "decision-log.txt").write_text("decision log (UTC):\n" + text + "\n")
 
 
 class BluetoothMock:
@@ -332,10 +608,12 @@ class BluetoothMock:
     --system-site-packages)."""
 
     def __init__(self) -> None:
-        repo = find_repo()
-        if repo is None:
-            raise FileNotFoundError("the BlueZ mock needs a Vigil checkout ($VIGIL_REPO)")
-        sys.path.insert(0, str(repo / "Tests" / "bluez-mock"))
+        missing = missing_for_bluetooth()
+        if missing:
+            raise FileNotFoundError(missing)
+        folder = str(rig_file("bluez_mock.py").parent)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
         from bluez_mock import MockBlueZ  # type: ignore[import-not-found, import-untyped, unused-ignore]
         self._mock = MockBlueZ()
         self.devices: dict[str, Any] = {}
@@ -344,7 +622,11 @@ class BluetoothMock:
         self._mock.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, keep_logs_in: str | os.PathLike[str] | None = None) -> None:
+        """Stops the mock; with `keep_logs_in`, its bus and mock logs are copied there first."""
+        if keep_logs_in is not None and self._mock.dir:
+            shutil.copytree(self._mock.dir, keep_logs_in, dirs_exist_ok=True,
+                            ignore=lambda folder, names: [n for n in names if n.endswith("_socket")])
         self._mock.stop()
 
     @property

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import vigil
-from vigil.testing import BluetoothMock, VigilDaemon, VirtualAccessory
+from vigil.testing import BluetoothMock, ControlSession, VigilDaemon, VirtualAccessory
 
 EXAMPLES = Path(__file__).resolve().parent.parent
 HRM = "C0:DE:00:00:00:01"  # a static random address: also a Bumble peer's in the lab
@@ -58,9 +58,11 @@ def test_heart_rate_logger_is_woken_by_notifications(
     vigild.wait_for_state("org.example.hrm-logger", "suspended")
 
 
-async def test_a_control_client_sees_the_rig(vigild: VigilDaemon, accessory_session) -> None:
+async def test_a_control_client_sees_the_rig(vigild: VigilDaemon, accessory_session: ControlSession) -> None:
     async with vigil.Control(vigild.socket) as control:
         status = await control.accessory_status()
         assert status["sessions"][0]["session"] == accessory_session.id
-    accessory_session.write(b"ping")
-    assert vigild.accessory is not None and vigild.accessory.read(4) == b"ping"
+    accessory_session.write(b"ping\n")
+    assert vigild.accessory is not None and vigild.accessory.expect(b"ping\n", timeout=10)
+    vigild.accessory.write(b"pong 1\n")
+    assert accessory_session.expect(rb"pong (\d+)\n", timeout=10).group(1) == b"1"
