@@ -96,7 +96,7 @@ actor FakeServices: DaemonServices {
     /// The app's acknowledgement up to `seq`, as the core handles it: the
     /// components before the engine, then after.
     func acknowledge(_ app: String, upTo seq: UInt64) {
-        for component in components { component.willAcknowledge(seq, by: app, services: self) }
+        for case let observer as any EventDeliveryObserver in components { observer.willAcknowledge(seq, by: app, services: self) }
         engine.acknowledge(app, upTo: seq, now: now)
         for component in components { component.didAcknowledge(by: app, services: self) }
     }

@@ -13,7 +13,7 @@ import VigilSystem
 /// end means (`StreamTransport.endpointEnded`).
 ///
 /// Serves `write` and `closeSession` for every transport's sessions.
-final class StreamSessions: DaemonComponent {
+final class StreamSessions: EventDeliveryObserver {
     let name = "streams"
     let requestTypes: Set<String> = [WriteToSession.type, CloseSession.type]
 
