@@ -109,6 +109,7 @@ actor DaemonCore {
         attachDecisionLog()
         if demo { builtInManifests = DemoComponent.manifests(stateDirectory: config.stateDirectory) }
         logSecurityMode()
+        if !CrashPoint.armed.isEmpty { logger.warning("crash points armed (VIGIL_CRASH_POINT, tests only): \(CrashPoint.armed.map { "\($0.name):\($0.moment.rawValue):\($0.hit)" })") }
         reloadManifests()
         let saved = stateStore.load(logger: logger)
         engine.restore(saved.apps, now: now)

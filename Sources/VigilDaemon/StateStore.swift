@@ -3,6 +3,7 @@ import Glibc
 import Logging
 import VigilBluetooth
 import VigilLifecycle
+import VigilSystem
 
 /// What must outlive the daemon (unacknowledged events, sequence numbers,
 /// force-quit flags, what apps asked of Bluetooth): a snapshot, `state.json`,
@@ -120,7 +121,9 @@ final class StateStore {
             return false
         }
         do {
+            CrashPoint.reach(encoder.crashPointNames, .before)
             try append(encoder.bytes)
+            CrashPoint.reach(encoder.crashPointNames, .after)
             encoder.clear()
             if let failure = writeFailure {
                 logger.notice("event journal writes work again (after: \(failure))")
@@ -167,8 +170,12 @@ final class StateStore {
             try writeAll(fd, JournalFormat.header(generation: next), path: newJournal)
             if durability == .power { try sync(fd, newJournal) }
             let snapshot = try JSONEncoder().encode(Contents(apps: apps, bluetooth: bluetooth, journal: next))
+            CrashPoint.reach("snapshot.state", .before)
             try replace(path, with: [UInt8](snapshot))
+            CrashPoint.reach("snapshot.state", .after)
+            CrashPoint.reach("snapshot.journal", .before)
             guard rename(newJournal, journalPath) == 0 else { throw failure("rename", journalPath) }
+            CrashPoint.reach("snapshot.journal", .after)
             if durability == .power { try syncDirectory() }
         } catch {
             Glibc.close(fd)

@@ -29,18 +29,20 @@ struct EngineEventTests {
         try h.engine.moveToBackground(id, now: h.now)
         try h.deliver("a")
         try h.deliver("accessory.data", mode: .externalAccessory)  // held for the foreground
-        try h.deliver("b")  // behind it, in seq order
-        #expect(h.host.events(to: id).map(\.kind) == ["a"])
+        try h.deliver("accessory.more")  // behind it, in its source's order
+        try h.deliver("b")  // another source: not held back (issue 26)
+        #expect(h.host.events(to: id).map(\.kind) == ["a", "b"])
         h.engine.acknowledge(id, upTo: 99, now: h.now)
-        #expect(h.app(id).queue.events.map(\.kind) == ["accessory.data", "b"])
+        #expect(h.app(id).queue.events.map(\.kind) == ["accessory.data", "accessory.more"])
 
         // Nor what went to an earlier connection and has not been sent again.
+        try h.deliver("c")
         h.engine.disconnected(id)
         try h.engine.moveToForeground(id, now: h.now)
         h.engine.acknowledge(id, upTo: 99, now: h.now)
-        #expect(h.app(id).queue.events.count == 2)
+        #expect(h.app(id).queue.events.count == 3)
         _ = h.engine.connected(id, now: h.now)
-        #expect(h.host.events(to: id).map(\.kind) == ["a", "accessory.data", "b"])
+        #expect(h.host.events(to: id).map(\.kind) == ["a", "b", "c", "accessory.data", "accessory.more", "c"])
         h.engine.acknowledge(id, upTo: 99, now: h.now)
         #expect(h.app(id).queue.events.isEmpty)
     }
@@ -194,10 +196,14 @@ struct EngineEventTests {
         let h = Harness()
         #expect(try h.deliver("accessory.data", mode: .externalAccessory).disposition == .queued)
         #expect(h.host.starts.isEmpty)
-        // A later test event would have to wait behind it, so it does not launch the app either.
-        #expect(try h.deliver("test").disposition == .queued)
+        // A later event of its source would have to wait behind it, so it does
+        // not launch the app either, even one that could (issue 26: per source).
+        #expect(try h.deliver("accessory.other").disposition == .queued)
         #expect(h.host.starts.isEmpty)
         #expect(h.host.decisions(.queue, for: id).last?.reason.contains("behind seq 1") == true)
+        // Another source's event does: it is not behind anything.
+        #expect(try h.deliver("test").disposition == .launched)
+        #expect(h.host.starts.first?.launch.eventKind == "test")
     }
 
     @Test func heldBackEventAtTheBoundIsRefusedWithoutADrop() throws {

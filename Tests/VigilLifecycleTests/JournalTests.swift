@@ -58,6 +58,9 @@ struct JournalTests {
             .acknowledged(app: "a", upTo: 42),
             .withdrawn(app: "b", seqs: [43, 7]),
             .withdrawn(app: "b", seqs: []),
+            .sentEach(app: "a", seqs: [44, 46]),
+            .acknowledgedEach(app: "a", seqs: [44]),
+            .renumbered(app: "a", seq: 45, to: 47),
             .drops(app: "b", unreported: 3, firstKind: "x", total: 9),
             .drops(app: "b", unreported: 0, firstKind: nil, total: 9),
             .forceQuit(app: "b", true),
@@ -144,6 +147,16 @@ struct JournalTests {
             ("launch", { try h.engine.launch(self.plain, now: h.now) }),
             ("connect", { _ = h.engine.connected(self.plain, now: h.now) }),
             ("ack, overflow report", { h.engine.acknowledge(self.plain, upTo: 99, now: h.now) }),
+            // Per-source order (issue 26): a held event is overtaken, then renumbered.
+            ("background", {
+                try h.engine.moveToBackground(self.accessory, now: h.now)
+                h.advance(h.engine.timings.suspendGrace)
+            }),
+            ("held for the foreground", { try h.deliver("ble.connected", to: self.accessory, mode: .bluetoothCentral) }),
+            ("another source goes ahead", { try h.deliver("test", to: self.accessory) }),
+            ("ack past the held event", { h.engine.acknowledge(self.accessory, upTo: 99, now: h.now) }),
+            ("foreground: renumbered", { try h.engine.moveToForeground(self.accessory, now: h.now) }),
+            ("ack the renumbered event", { h.engine.acknowledge(self.accessory, upTo: 99, now: h.now) }),
         ]
         for (index, (name, step)) in steps.enumerated() {
             try step()
@@ -164,7 +177,7 @@ struct JournalTests {
 
     @Test func replayingTheJournalOnTheSnapshotGivesTheEnginesState() throws {
         // With the compaction after each step in turn.
-        for skip in 0..<19 {
+        for skip in 0..<25 {
             let run = try scenario(snapshotAfter: skip)
             let recovery = JournalReplay.recover(snapshot: run.snapshot, snapshotGeneration: 5, journal: run.bytes)
             #expect(recovery.problems.isEmpty)

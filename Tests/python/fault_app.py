@@ -20,9 +20,18 @@ each event it says it has finished processing, so vigild may suspend it.
                              copies are acknowledged), and, since `ack` is
                              cumulative, every later one on that connection:
                              the app then holds unacknowledged events
+    --ack-delay S            take S seconds over each event before
+                             acknowledging it (a slow app: vigild may
+                             suspend it mid-event), then record `acked`
+    --ack-after S            acknowledge each event S seconds after it
+                             arrived, reading on meanwhile (events that
+                             arrive together are acknowledged together),
+                             then record `acked`; finishedProcessing once
+                             no acknowledgement is due
 
 Record lines (`kind`): started (the process, before any delay), hello (pid, state, launch), event (seq, eventKind,
-redelivered, attributes, payloadHex, acked), lifecycle, sessionOpened,
+redelivered, attributes, payloadHex, acked), acked (seq, once the `ack` is
+sent: with --ack-delay), lifecycle, sessionOpened,
 openFailed, dropped (the connection), refused (exit at unauthorized).
 """
 
@@ -97,10 +106,18 @@ def serve(app, record, options):
         app.register_for_accessory_notifications()
         open_session()
     holding = False  # `ack` is cumulative: nothing after a held event is acknowledged on this connection
+    due = []  # --ack-after: (when, seq) in arrival order
     while True:
         if options.accessory_protocol and session is None and time.monotonic() - tried > REOPEN_EVERY:
             open_session()
-        item = app.next_event(timeout=REOPEN_EVERY)
+        while due and due[0][0] <= time.monotonic():
+            seq = due.pop(0)[1]
+            app.ack(seq)
+            record(kind="acked", seq=seq)
+            if not due:
+                app.finished_processing()
+        wait = REOPEN_EVERY if not due else max(0.0, min(REOPEN_EVERY, due[0][0] - time.monotonic()))
+        item = app.next_event(timeout=wait)
         if item is None:
             continue
         if isinstance(item, Lifecycle):
@@ -118,8 +135,15 @@ def serve(app, record, options):
             session = None
         elif item.kind == "accessory.connected" and session is None and options.accessory_protocol:
             open_session()
+        if options.ack_after:
+            due.append((time.monotonic() + options.ack_after, item.seq))
+            continue
         if not holding:
+            if options.ack_delay:
+                time.sleep(options.ack_delay)  # the work; the app may be frozen meanwhile
             app.ack(item.seq)
+            if options.ack_delay:
+                record(kind="acked", seq=item.seq)
         app.finished_processing()
 
 
@@ -130,6 +154,8 @@ def main():
     parser.add_argument("--accessory-protocol", default=None)
     parser.add_argument("--hold", action="store_true")
     parser.add_argument("--start-delay", type=float, default=0.0)
+    parser.add_argument("--ack-delay", type=float, default=0.0)
+    parser.add_argument("--ack-after", type=float, default=0.0)
     options = parser.parse_args()
     record = Recorder(options.record)
     record(kind="started")

@@ -27,8 +27,18 @@ public enum JournalRecord: Sendable, Equatable {
     /// Every event up to `seq` has now been sent to some process of the app
     /// (so it goes out again as `redelivered`).
     case sent(app: String, upTo: UInt64)
+    /// These events have now been sent to some process of the app: written
+    /// instead of `sent` when a waiting event below them was never sent
+    /// (held back for the foreground while later sources went ahead).
+    case sentEach(app: String, seqs: [UInt64])
     /// The app acknowledged every event up to `seq`; they are gone.
     case acknowledged(app: String, upTo: UInt64)
+    /// The app acknowledged these events; they are gone. Written instead of
+    /// `acknowledged` when an event below them stays (one it was not sent).
+    case acknowledgedEach(app: String, seqs: [UInt64])
+    /// A waiting event got a new seq, `to` (see `EventQueue`): it goes after
+    /// every event queued so far. The old seq is never used again.
+    case renumbered(app: String, seq: UInt64, to: UInt64)
     /// Unsent events withdrawn (coalesced away).
     case withdrawn(app: String, seqs: [UInt64])
     /// The queue's drop counters, as they now are.
@@ -44,13 +54,17 @@ public enum JournalRecord: Sendable, Equatable {
     /// relies on it (an event before the app can see it, `sent` before the app
     /// does, or the redelivery would not be flagged).
     public var mayWait: Bool {
-        if case .acknowledged = self { true } else { false }
+        switch self {
+        case .acknowledged, .acknowledgedEach: true
+        default: false
+        }
     }
 
     public var app: String {
         switch self {
         case let .enqueued(app, _), let .merged(app, _, _, _), let .sent(app, _), let .acknowledged(app, _),
-             let .withdrawn(app, _), let .drops(app, _, _, _), let .forceQuit(app, _):
+             let .withdrawn(app, _), let .drops(app, _, _, _), let .forceQuit(app, _), let .sentEach(app, _),
+             let .acknowledgedEach(app, _), let .renumbered(app, _, _):
             return app
         }
     }
@@ -141,6 +155,21 @@ public struct JournalEncoder: Sendable {
     /// The force-quit flag of each app as the journal (or snapshot) has it, to
     /// journal only changes.
     var forceQuit: [String: Bool] = [:]
+    /// Which kinds of record `bytes` holds (bits of `crashPointNames`).
+    private var kinds: UInt8 = 0
+
+    /// The crash points (docs/reliability.md) that writing `bytes` is: each
+    /// kind of durable step it holds, and `journal.write` for any.
+    /// `journal.enqueued` is also the seq reservation: an event's seq, and
+    /// with it the app's next seq, is durable with its enqueue record.
+    public var crashPointNames: [String] {
+        var names = ["journal.write"]
+        if kinds & 1 != 0 { names.append("journal.enqueued") }
+        if kinds & 2 != 0 { names.append("journal.sent") }
+        if kinds & 4 != 0 { names.append("journal.acknowledged") }
+        if kinds & 8 != 0 { names.append("journal.renumbered") }
+        return names
+    }
 
     public init() {}
 
@@ -148,6 +177,7 @@ public struct JournalEncoder: Sendable {
     public mutating func reset(after apps: [String: SavedApp]) {
         bytes.removeAll(keepingCapacity: true)
         mustWrite = false
+        kinds = 0
         forceQuit = apps.mapValues(\.forceQuit)
     }
 
@@ -155,6 +185,7 @@ public struct JournalEncoder: Sendable {
     public mutating func clear() {
         bytes.removeAll(keepingCapacity: bytes.capacity <= 4 << 20)
         mustWrite = false
+        kinds = 0
     }
 
     public mutating func append(_ record: JournalRecord) {
@@ -167,6 +198,13 @@ public struct JournalEncoder: Sendable {
         bytes.storeLE(UInt32(length), at: start)
         bytes.storeLE(crc, at: start + 4)
         if !record.mayWait { mustWrite = true }
+        switch record {
+        case .enqueued: kinds |= 1
+        case .sent, .sentEach: kinds |= 2
+        case .acknowledged, .acknowledgedEach: kinds |= 4
+        case .renumbered: kinds |= 8
+        default: break
+        }
     }
 }
 
@@ -256,9 +294,27 @@ public enum JournalReplay {
             for index in app.queue.events.indices where app.queue.events[index].seq <= seq {
                 app.queue.events[index].everSent = true
             }
+        case let .sentEach(_, seqs):
+            for index in app.queue.events.indices where seqs.contains(app.queue.events[index].seq) {
+                app.queue.events[index].everSent = true
+            }
         case let .acknowledged(_, seq):
             app.queue.events.removeAll { $0.seq <= seq }
             app.queue.nextSeq = max(app.queue.nextSeq, seq + 1)
+        case let .acknowledgedEach(_, seqs):
+            let gone = Set(seqs)
+            app.queue.events.removeAll { gone.contains($0.seq) }
+            if let highest = seqs.max() { app.queue.nextSeq = max(app.queue.nextSeq, highest + 1) }
+        case let .renumbered(_, seq, new):
+            app.queue.nextSeq = max(app.queue.nextSeq, new + 1)
+            guard let index = app.queue.events.firstIndex(where: { $0.seq == seq }) else {
+                // Applied before (a replay of a replay), or acknowledged since.
+                return app.queue.events.contains { $0.seq == new } || seq < app.queue.nextSeq ? nil : "event \(seq) renumbered, which was never queued"
+            }
+            var event = app.queue.events.remove(at: index)
+            event.seq = new
+            let at = app.queue.events.firstIndex { $0.seq > new } ?? app.queue.events.endIndex
+            app.queue.events.insert(event, at: at)
         case let .withdrawn(_, seqs):
             let gone = Set(seqs)
             app.queue.events.removeAll { gone.contains($0.seq) }
@@ -277,6 +333,8 @@ public enum JournalReplay {
 
 private enum RecordTag: UInt8 {
     case enqueued = 1, merged, sent, acknowledged, withdrawn, drops, forceQuit
+    // Since per-source order (issue 26); older daemons do not read them.
+    case sentEach, acknowledgedEach, renumbered
 }
 
 private enum ValueTag: UInt8 {
@@ -341,6 +399,18 @@ extension [UInt8] {
             start(.withdrawn, app)
             appendLE(UInt32(seqs.count))
             for seq in seqs { appendLE(seq) }
+        case let .sentEach(app, seqs):
+            start(.sentEach, app)
+            appendLE(UInt32(seqs.count))
+            for seq in seqs { appendLE(seq) }
+        case let .acknowledgedEach(app, seqs):
+            start(.acknowledgedEach, app)
+            appendLE(UInt32(seqs.count))
+            for seq in seqs { appendLE(seq) }
+        case let .renumbered(app, seq, new):
+            start(.renumbered, app)
+            appendLE(seq)
+            appendLE(new)
         case let .drops(app, unreported, firstKind, total):
             start(.drops, app)
             appendLE(UInt64(unreported))
@@ -483,11 +553,18 @@ private struct ByteReader {
             return integer(UInt64.self).map { .sent(app: app, upTo: $0) }
         case .acknowledged:
             return integer(UInt64.self).map { .acknowledged(app: app, upTo: $0) }
-        case .withdrawn:
+        case .withdrawn, .sentEach, .acknowledgedEach:
             guard let count = integer(UInt32.self), Int(count) * 8 <= bytes.endIndex - offset else { return nil }
             var seqs: [UInt64] = []
             for _ in 0..<count { seqs.append(integer(UInt64.self)!) }
-            return .withdrawn(app: app, seqs: seqs)
+            switch tag {
+            case .sentEach: return .sentEach(app: app, seqs: seqs)
+            case .acknowledgedEach: return .acknowledgedEach(app: app, seqs: seqs)
+            default: return .withdrawn(app: app, seqs: seqs)
+            }
+        case .renumbered:
+            guard let seq = integer(UInt64.self), let new = integer(UInt64.self) else { return nil }
+            return .renumbered(app: app, seq: seq, to: new)
         case .drops:
             guard let unreported = integer(UInt64.self), let total = integer(UInt64.self),
                   unreported <= UInt64(Int.max), total <= UInt64(Int.max), let hasKind = byte() else { return nil }

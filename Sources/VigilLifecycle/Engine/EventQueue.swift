@@ -30,6 +30,40 @@ public struct QueuedEvent: Sendable, Equatable, Codable {
         self.stream = stream
     }
 
+    /// The source whose order this event keeps (docs/lifecycle.md, "Order"):
+    /// events of one source reach the app in the order they were queued, and
+    /// one held back (for the foreground, or behind its stream's event in
+    /// flight) holds back only the later events of its source. Derived from
+    /// the kind and attributes, so saved and journaled events need no field.
+    ///
+    /// - `session/ID`: everything about one session (`session.*`, the
+    ///   `ble.l2cap.incoming`/`reopened` of an L2CAP channel's session);
+    /// - `accessory`: `accessory.connected`/`disconnected`;
+    /// - `ble.central`: the central role (`ble.state`, `ble.discovered`,
+    ///   `ble.connected`, `ble.disconnected`, `ble.notification`; one source,
+    ///   as one CBCentralManager's queue, since a notification batch holds
+    ///   values of several peripherals);
+    /// - `ble.peripheral`: the peripheral role (`ble.peripheral.*`,
+    ///   `ble.l2cap.unpublished`, and `ble.state` sent by that role's mode);
+    /// - `mqtt`, `refresh` (`app.refresh`), `overflow`;
+    /// - `wake`: every other kind (`test`, or a kind of the caller's own).
+    public var source: String {
+        if kind.hasPrefix("session.") || kind == "ble.l2cap.incoming" || kind == "ble.l2cap.reopened" {
+            if case let .number(session)? = attributes["session"], session.isFinite, abs(session) < 1e15 {
+                return "session/\(Int(session))"
+            }
+            return "session"
+        }
+        if kind.hasPrefix("accessory.") { return "accessory" }
+        if kind.hasPrefix("ble.peripheral.") || kind == "ble.l2cap.unpublished" { return "ble.peripheral" }
+        if kind == "ble.state" { return wakeMode == .bluetoothPeripheral ? "ble.peripheral" : "ble.central" }
+        if kind.hasPrefix("ble.") { return "ble.central" }
+        if kind.hasPrefix("mqtt.") { return "mqtt" }
+        if kind == "app.refresh" { return "refresh" }
+        if kind == "overflow" { return "overflow" }
+        return "wake"
+    }
+
     // The state file stores payloads as base64 (`Data`), not as arrays of
     // numbers: a session's buffered megabyte stays about a megabyte on disk.
     enum CodingKeys: String, CodingKey { case seq, kind, attributes, payload, wakeMode, everSent, stream }
@@ -57,16 +91,27 @@ public struct QueuedEvent: Sendable, Equatable, Codable {
     }
 }
 
-/// An app's bounded, ordered event queue with cumulative acknowledgement.
+/// An app's bounded event queue, ordered per source, with cumulative
+/// acknowledgement.
 ///
 /// Events stay here, in daemon memory rather than socket buffers, from arrival
-/// until the app acknowledges them; `sentCount` leading events have gone to the
-/// current connection. A new connection starts again from the first
-/// unacknowledged event, which is how a crash mid-processing is redelivered.
+/// until the app acknowledges them. The first `sentCount` events have gone to
+/// the current connection, in the order sent, which is increasing `seq`; the
+/// rest wait, in `seq` order. Events of one source go in `seq` order; an
+/// event held back holds back only its source, so a later event of another
+/// source may go first. A held event that goes out after a later one was
+/// sent on the same connection is given a new seq (`renumbered`, with the
+/// rest of its source's waiting events): the seqs a connection sees always
+/// increase, so "acknowledge up to seq" keeps its meaning, and never covers
+/// an event the connection was not sent. A new connection starts again from
+/// the first unacknowledged event, which is how a crash mid-processing is
+/// redelivered.
 public struct EventQueue: Sendable {
     public private(set) var events: [QueuedEvent] = []
     public private(set) var sentCount = 0
     public private(set) var nextSeq: UInt64 = 1
+    /// The highest seq sent to the current connection (0: none yet).
+    public private(set) var highestSent: UInt64 = 0
     public let limit: Int
     /// Events refused at the bound and not yet reported to the app.
     public private(set) var unreportedDrops = 0
@@ -85,7 +130,7 @@ public struct EventQueue: Sendable {
     /// yet; events sent before keep `everSent`, so they go out as redelivered.
     public init(limit: Int, restoring saved: SavedQueue) {
         self.limit = limit
-        events = saved.events
+        events = saved.events.sorted { $0.seq < $1.seq }
         nextSeq = max(saved.nextSeq, (saved.events.last?.seq ?? 0) + 1)
         totalDropped = saved.totalDropped
         unreportedDrops = saved.unreportedDrops
@@ -94,7 +139,7 @@ public struct EventQueue: Sendable {
 
     public var saved: SavedQueue {
         SavedQueue(
-            events: events, nextSeq: nextSeq, totalDropped: totalDropped, unreportedDrops: unreportedDrops,
+            events: sentCount == 0 ? events : events.sorted { $0.seq < $1.seq }, nextSeq: nextSeq, totalDropped: totalDropped, unreportedDrops: unreportedDrops,
             firstDroppedKind: firstDroppedKind)
     }
 
@@ -176,31 +221,159 @@ public struct EventQueue: Sendable {
     /// Marks the next unsent event as sent and returns it.
     public mutating func takeNextUnsent() -> (event: QueuedEvent, redelivered: Bool)? {
         guard sentCount < events.count else { return nil }
-        let redelivered = events[sentCount].everSent
-        if !redelivered { changes.append(.sent(upTo: events[sentCount].seq)) }
-        events[sentCount].everSent = true
-        sentCount += 1
-        return (events[sentCount - 1], redelivered)
+        return take(at: sentCount)
     }
 
     public func peekNextUnsent() -> QueuedEvent? {
         sentCount < events.count ? events[sentCount] : nil
     }
 
-    /// Drops every event up to and including `seq`; returns how many.
+    /// The waiting events that may be sent now, by index, in `seq` order: per
+    /// source, those before the first that `mayReceive` refuses or whose
+    /// stream has an event in flight.
+    public func sendable(mayReceive: (QueuedEvent) -> Bool) -> [Int] {
+        guard sentCount < events.count else { return [] }
+        var blocked: [String] = []
+        var result: [Int] = []
+        for index in sentCount..<events.count {
+            let event = events[index]
+            let source = event.source
+            if blocked.contains(source) { continue }
+            if !mayReceive(event) || (event.stream.map(hasInFlight(stream:)) ?? false) {
+                blocked.append(source)
+                continue
+            }
+            result.append(index)
+        }
+        return result
+    }
+
+    /// Marks as sent, in `seq` order, every waiting event that may be sent
+    /// now (`sendable`), and returns them: per source, up to the first that
+    /// `mayReceive` refuses or whose stream has an event in flight (one
+    /// taken here counts).
+    public mutating func takeSendable(mayReceive: (QueuedEvent) -> Bool) -> [(event: QueuedEvent, redelivered: Bool)] {
+        var taken: [(event: QueuedEvent, redelivered: Bool)] = []
+        var blocked: [String] = []
+        var index = sentCount
+        while index < events.count {
+            let event = events[index]
+            let source = event.source
+            if blocked.contains(source) {
+                index += 1
+                continue
+            }
+            if !mayReceive(event) || (event.stream.map(hasInFlight(stream:)) ?? false) {
+                blocked.append(source)
+                index += 1
+                continue
+            }
+            let renumbers = event.seq < highestSent
+            taken.append(take(at: index))
+            // Taken events move to the sent ones, before `index`: the next
+            // candidate is at `index + 1`, unless renumbering moved events.
+            index = renumbers ? sentCount : index + 1
+        }
+        return taken
+    }
+
+    /// The first waiting event that holds back its source because
+    /// `mayReceive` refuses it, and is ahead of `event` in `event`'s source;
+    /// nil when `event` is not held back that way.
+    public func heldAhead(of event: QueuedEvent, mayReceive: (QueuedEvent) -> Bool) -> QueuedEvent? {
+        let source = event.source
+        for index in sentCount..<events.count where events[index].seq < event.seq && events[index].source == source {
+            if !mayReceive(events[index]) { return events[index] }
+        }
+        return nil
+    }
+
+    /// The first waiting event that `mayReceive` accepts and that nothing of
+    /// its own source holds back (streams aside: after a rewind none is in flight).
+    public func firstDeliverable(mayReceive: (QueuedEvent) -> Bool) -> QueuedEvent? {
+        guard sentCount < events.count else { return nil }
+        var blocked: [String] = []
+        for index in sentCount..<events.count {
+            let event = events[index]
+            let source = event.source
+            if blocked.contains(source) { continue }
+            if mayReceive(event) { return event }
+            blocked.append(source)
+        }
+        return nil
+    }
+
+    /// Marks the waiting event at `index` as sent (it moves to the end of the
+    /// sent events) and returns it. If the connection was sent a higher seq
+    /// already, it and the rest of its source's waiting events get new seqs
+    /// first (see the type's comment).
+    public mutating func take(at index: Int) -> (event: QueuedEvent, redelivered: Bool) {
+        precondition(index >= sentCount && index < events.count, "take(at:) a waiting event")
+        var index = index
+        if events[index].seq < highestSent { index = renumberSource(from: index) }
+        var event = events.remove(at: index)
+        let redelivered = event.everSent
+        if !redelivered {
+            // Cumulative where that is exact: no waiting event below it was never sent.
+            let below = events[sentCount...].contains { $0.seq < event.seq && !$0.everSent }
+            changes.append(below ? .sentEach([event.seq]) : .sent(upTo: event.seq))
+        }
+        event.everSent = true
+        events.insert(event, at: sentCount)
+        sentCount += 1
+        highestSent = max(highestSent, event.seq)
+        return (event, redelivered)
+    }
+
+    /// Gives the waiting events of the source of the event at `index`, from
+    /// it on, new seqs in their order, and moves them to the end (their
+    /// seqs are now the highest). Returns the event's new index.
+    private mutating func renumberSource(from index: Int) -> Int {
+        let source = events[index].source
+        let first = events[index].seq
+        var moved: [QueuedEvent] = []
+        var kept: [QueuedEvent] = []
+        for event in events[sentCount...] {
+            if event.seq >= first && event.source == source { moved.append(event) } else { kept.append(event) }
+        }
+        for position in moved.indices {
+            let old = moved[position].seq
+            moved[position].seq = nextSeq
+            nextSeq += 1
+            changes.append(.renumbered(old, to: moved[position].seq))
+        }
+        events.removeSubrange(sentCount...)
+        events.append(contentsOf: kept)
+        let start = events.count
+        events.append(contentsOf: moved)
+        return start
+    }
+
+    /// Drops every event up to and including `seq` that was sent to the
+    /// current connection; returns how many. Events the connection was not
+    /// sent (held back, or waiting) are never acknowledged, whatever their seq.
     @discardableResult
     public mutating func acknowledge(upTo seq: UInt64) -> Int {
-        let count = events.prefix { $0.seq <= seq }.count
-        let acknowledged = min(count, sentCount)  // never ack what was not sent
-        if acknowledged > 0 { changes.append(.acknowledged(upTo: events[acknowledged - 1].seq)) }
+        // The sent events are in increasing seq: a prefix of them.
+        let acknowledged = events[..<sentCount].prefix { $0.seq <= seq }.count
+        guard acknowledged > 0 else { return 0 }
+        let seqs = events[..<acknowledged].map(\.seq)
         events.removeFirst(acknowledged)
         sentCount -= acknowledged
+        let last = seqs[seqs.count - 1]
+        // Cumulative where that is exact: no event at or below it stays.
+        let below = events.contains { $0.seq <= last }
+        changes.append(below ? .acknowledgedEach(seqs) : .acknowledged(upTo: last))
         return acknowledged
     }
 
     /// The connection is gone: whatever was sent and not acknowledged goes again.
     public mutating func rewind() {
+        if sentCount > 0, sentCount < events.count, events[sentCount - 1].seq > events[sentCount].seq {
+            events.sort { $0.seq < $1.seq }  // back to seq order: per source, the order they came in
+        }
         sentCount = 0
+        highestSent = 0
     }
 }
 
@@ -209,7 +382,10 @@ public enum QueueChange: Sendable, Equatable {
     case enqueued(QueuedEvent)
     case merged(seq: UInt64, offset: Int, bytes: [UInt8])
     case sent(upTo: UInt64)
+    case sentEach([UInt64])
     case acknowledged(upTo: UInt64)
+    case acknowledgedEach([UInt64])
+    case renumbered(UInt64, to: UInt64)
     case withdrawn([UInt64])
     case drops(unreported: Int, firstKind: String?, total: Int)
 
@@ -218,7 +394,10 @@ public enum QueueChange: Sendable, Equatable {
         case let .enqueued(event): .enqueued(app: app, event: event)
         case let .merged(seq, offset, bytes): .merged(app: app, seq: seq, offset: offset, bytes: bytes)
         case let .sent(seq): .sent(app: app, upTo: seq)
+        case let .sentEach(seqs): .sentEach(app: app, seqs: seqs)
         case let .acknowledged(seq): .acknowledged(app: app, upTo: seq)
+        case let .acknowledgedEach(seqs): .acknowledgedEach(app: app, seqs: seqs)
+        case let .renumbered(old, new): .renumbered(app: app, seq: old, to: new)
         case let .withdrawn(seqs): .withdrawn(app: app, seqs: seqs)
         case let .drops(unreported, firstKind, total): .drops(app: app, unreported: unreported, firstKind: firstKind, total: total)
         }

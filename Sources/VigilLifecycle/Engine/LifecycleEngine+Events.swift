@@ -41,16 +41,22 @@ extension LifecycleEngine {
         let seq = stored.seq
         let disposition = route(stored, to: id, now: now)
         if disposition == .delivered, withRecord(id, { $0.queue.unsent.contains(where: { $0.seq == seq }) }) == true {
-            return (seq, .queued)  // not connected yet, or waiting behind an earlier event
+            return (seq, .queued)  // not connected yet, or waiting behind an earlier event of its source
         }
         return (seq, disposition)
     }
 
-    /// The first event not yet sent, if the app may not receive it in the
-    /// background: later events wait behind it, so waking the app is pointless.
-    func blockingHead(of app: AppRecord) -> QueuedEvent? {
-        guard let head = app.queue.peekNextUnsent(), !app.manifest.mayBeWoken(for: head.wakeMode) else { return nil }
-        return head
+    /// An earlier waiting event of `event`'s source that the app may not be
+    /// woken for: `event` waits behind it (for the foreground), so waking the
+    /// app for `event` is pointless. Other sources' held events do not matter.
+    func heldAhead(of event: QueuedEvent, in app: AppRecord) -> QueuedEvent? {
+        app.queue.heldAhead(of: event) { app.manifest.mayBeWoken(for: $0.wakeMode) }
+    }
+
+    /// The first waiting event the app may be woken or launched for now: one
+    /// whose mode it declares and that no held event of its source is ahead of.
+    func firstWakingEvent(of app: AppRecord) -> QueuedEvent? {
+        app.queue.firstDeliverable { app.manifest.mayBeWoken(for: $0.wakeMode) }
     }
 
     /// Decides what an event does to the app's state.
@@ -77,14 +83,14 @@ extension LifecycleEngine {
             flush(id)
             return .delivered
         case .suspended:
-            guard let (mayWake, blocking) = withRecord(id, { ($0.manifest.mayBeWoken(for: event.wakeMode), blockingHead(of: $0)) })
+            guard let (mayWake, blocking) = withRecord(id, { ($0.manifest.mayBeWoken(for: event.wakeMode), heldAhead(of: event, in: $0)) })
             else { return .queued }
             guard mayWake else {
                 decide(id, .queue, "'\(event.kind)' queued: no \(event.wakeMode?.rawValue ?? "") background mode, delivered in the foreground")
                 return .queued
             }
             if let head = blocking {
-                decide(id, .queue, "'\(event.kind)' queued behind seq \(head.seq) ('\(head.kind)'), which waits for the foreground")
+                decide(id, .queue, "'\(event.kind)' queued behind seq \(head.seq) ('\(head.kind)') of its source, which waits for the foreground")
                 return .queued
             }
             resume(id, now: now, reason: "woken for '\(event.kind)' (seq \(event.seq))")
@@ -139,8 +145,8 @@ extension LifecycleEngine {
             decide(app.id, .queue, "'\(event.kind)' queued: no \(event.wakeMode?.rawValue ?? "") background mode")
             return false
         }
-        if let head = blockingHead(of: app) {
-            decide(app.id, .queue, "'\(event.kind)' queued behind seq \(head.seq) ('\(head.kind)'), which waits for the foreground")
+        if let head = heldAhead(of: event, in: app) {
+            decide(app.id, .queue, "'\(event.kind)' queued behind seq \(head.seq) ('\(head.kind)') of its source, which waits for the foreground")
             return false
         }
         return true
@@ -149,7 +155,7 @@ extension LifecycleEngine {
     /// After a crash: relaunches the app if it has events it may be woken for,
     /// unless it keeps crashing.
     func relaunchForPendingEvents(_ id: String, now: UInt64, reason: LaunchReason) {
-        guard let app = apps[id], let first = app.queue.events.first, app.manifest.mayBeWoken(for: first.wakeMode) else { return }
+        guard let app = apps[id], let first = firstWakingEvent(of: app) else { return }
         guard !app.forceQuit, !app.manifest.exitsOnSuspend else { return }
         if app.crashTimes.count > timings.relaunchLimit {
             decide(id, .refuse, "not relaunched: ended \(app.crashTimes.count) times within \(seconds(timings.relaunchWindow)); waiting for the next event or the user")
@@ -161,18 +167,29 @@ extension LifecycleEngine {
     }
 
     /// The app acknowledged every event up to `seq`.
+    /// Only events sent on the current connection are acknowledged (see
+    /// `EventQueue.acknowledge`); an `ack` that covers none of them but names
+    /// an event an earlier connection was sent (a process that finishes, on
+    /// its new connection, an event it got before a daemon restart, ahead of
+    /// its redelivery) is ignored and logged: the event comes again, flagged.
     public func acknowledge(_ id: String, upTo seq: UInt64, now: UInt64) {
+        var ignored: QueuedEvent?
         update(id) {
-            $0.queue.acknowledge(upTo: seq)
+            if $0.queue.acknowledge(upTo: seq) == 0 {
+                ignored = $0.queue.unsent.first { $0.seq <= seq && $0.everSent }
+            }
             $0.queue.appendOverflowReportIfPossible()
+        }
+        if let ignored {
+            decide(id, .refuse, "ack up to seq \(seq) ignored: seq \(ignored.seq) ('\(ignored.kind)') was sent to an earlier connection and not yet again on this one; it comes again, redelivered")
         }
         flush(id)
         suspendIfDone(id, now: now, trigger: "finished processing and acknowledged its last event")
     }
 
-    /// Sends every event the app may receive now, in order. Stops at the first
-    /// one it may not receive yet, or whose stream has an event in flight, so
-    /// order is never broken.
+    /// Sends every event the app may receive now, in `seq` order. Per source,
+    /// stops at the first one it may not receive yet, or whose stream has an
+    /// event in flight, so a source's order is never broken; other sources go on.
     ///
     /// All are marked sent before the first goes out, so the daemon journals
     /// them with one write before the first send.
@@ -180,13 +197,9 @@ extension LifecycleEngine {
         // Taken in place: a copy of the queue would copy its events on the first change.
         let batch = withRecord(id) { app -> [(event: QueuedEvent, redelivered: Bool)] in
             guard app.connected, app.state.isRunning else { return [] }
-            var batch: [(event: QueuedEvent, redelivered: Bool)] = []
-            while let next = app.queue.peekNextUnsent(), app.mayReceive(next),
-                  !(next.stream.map(app.queue.hasInFlight(stream:)) ?? false),
-                  let taken = app.queue.takeNextUnsent() {
-                batch.append(taken)
-            }
-            return batch
+            let foreground = app.state.isForeground
+            let manifest = app.manifest
+            return app.queue.takeSendable { foreground || manifest.mayBeWoken(for: $0.wakeMode) }
         } ?? []
         guard !batch.isEmpty else { return }
         noteChanged(id)

@@ -19,7 +19,7 @@ extension LifecycleEngine {
             guard let event = app.queue.events.last else { return nil }
             switch app.state {
             case .notRunning: return nil
-            case .suspended where !app.manifest.mayBeWoken(for: event.wakeMode) || blockingHead(of: app) != nil: return nil
+            case .suspended where !app.manifest.mayBeWoken(for: event.wakeMode) || heldAhead(of: event, in: app) != nil: return nil
             case .background where !app.mayReceive(event): return nil
             default: return event
             }

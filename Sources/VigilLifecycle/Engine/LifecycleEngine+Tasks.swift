@@ -47,7 +47,7 @@ extension LifecycleEngine {
             guard app.state == .background, app.terminateAt == nil, app.tasks.isEmpty else { return nil }
             let windowOver = app.suspendAt.map { $0 <= now } ?? false
             let finished = app.finishRequested && app.queue.unacknowledgedCount == 0
-                && app.queue.peekNextUnsent().map(app.mayReceive) != true
+                && app.queue.firstDeliverable(mayReceive: app.mayReceive) == nil
             return (windowOver, finished)
         }) ?? nil, windowOver || finished else { return }
         suspend(id, now: now, reason: trigger + (windowOver ? ", processing window over" : ", nothing left to handle"))

@@ -261,7 +261,7 @@ public final class LifecycleEngine {
     public func relaunchForRestoredEvents(now: UInt64) {
         for id in apps.keys.sorted() {
             guard let app = apps[id], app.state == .notRunning, let work = restoredWork(of: app),
-                  let first = app.queue.peekNextUnsent() else { continue }
+                  let first = firstWakingEvent(of: app) else { continue }
             try? start(
                 id, launch: LaunchOptions(reason: .redelivery, eventKind: first.kind), state: .background, now: now,
                 action: .relaunch, reason: "launched into the background after a daemon restart for \(work)")
@@ -271,8 +271,7 @@ public final class LifecycleEngine {
     /// Restored events the app may be woken or launched for (the first one's
     /// mode; not force-quit, not exits-on-suspend), described for the log.
     func restoredWork(of app: AppRecord) -> String? {
-        guard !app.forceQuit, !app.manifest.exitsOnSuspend, let head = app.queue.peekNextUnsent(),
-              app.manifest.mayBeWoken(for: head.wakeMode) else { return nil }
+        guard !app.forceQuit, !app.manifest.exitsOnSuspend, let head = firstWakingEvent(of: app) else { return nil }
         return "\(app.queue.queuedCount) restored event(s) (seq \(head.seq) '\(head.kind)' first)"
     }
 

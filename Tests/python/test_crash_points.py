@@ -1,0 +1,145 @@
+"""Crash points: vigild killed right before and right after each durable
+step, with a real app (issue 26, part 3; docs/reliability.md, "Crash points").
+
+For each point, a vigild started with VIGIL_CRASH_POINT=NAME:MOMENT:HIT runs
+one app (fault_app.py, which acknowledges each event once it is on disk)
+launched, sent to the background and suspended, then woken by test events
+one at a time until the daemon SIGKILLs itself at the point. A vigild
+started again on the same state folder, without the variable, must:
+
+- adopt the app (same pid) and never leave it frozen with work pending;
+- deliver every event whose `wake` was answered (nothing lost), and the one
+  in flight at the crash if it was journaled;
+- never give out a seq twice (a new event's seq is above every seq seen);
+- flag `redelivered` every copy of an event the app had received before;
+- deliver again no event acknowledged more than BOUND before the crash.
+
+Every point runs in CI (about 2-3 s each).
+"""
+
+import json
+import os
+import signal
+import time
+import unittest
+
+from fault_harness import (
+    FAULT_APP, PYTHON, VIGILD, app_info, connect_control, daemon_with_app, decisions_in_log, read_jsonl, wait_for,
+)
+from vigil_client import VigilError
+
+APP = "org.vigil.test.crashpoints"
+BOUND = 0.5
+# For the scheduling of a loaded 2-core machine: the daemon's timer, this test's polling.
+MARGIN = 0.5
+STEP = 20.0
+# (name, moment, hit): the hit counts from the daemon's start; its own
+# start-up snapshot is the first `snapshot.*` hit.
+POINTS = [
+    (name, moment, hit)
+    for name, hit in (("journal.write", 2), ("journal.enqueued", 1), ("journal.enqueued", 2), ("journal.sent", 2),
+                      ("journal.acknowledged", 1), ("snapshot.state", 3), ("snapshot.journal", 3))
+    for moment in ("before", "after")
+]
+
+
+@unittest.skipUnless(os.access(VIGILD, os.X_OK), f"vigild is not built at {VIGILD}")
+class CrashPointTests(unittest.TestCase):
+    def test_every_crash_point(self):
+        figures = []
+        for index, (name, moment, hit) in enumerate(POINTS):
+            with self.subTest(point=f"{name}:{moment}:{hit}"):
+                figures.append(self.run_point(f"{APP}{index}", name, moment, hit))
+        print("\ncrash points (point: accepted events, delivered after the restart, lost, seqs reused, "
+              "unflagged copies, acknowledged > bound delivered again, adopted)")
+        for line in figures:
+            print("  " + line)
+
+    def run_point(self, APP, name, moment, hit):  # noqa: N803 - one app of its own per point
+        point = f"{name}:{moment}:{hit}"
+        daemon, _, record = daemon_with_app(
+            self, "vigil-crash-point-", APP, [PYTHON, FAULT_APP, "--record", "{record}"], start=False,
+            timings={"wake-budget": 1.0, "suspend-grace": 0.3}, extra='on-stop = "leave"')
+        daemon.env = {"VIGIL_CRASH_POINT": point}
+        daemon.start()
+        self.addCleanup(daemon.stop)
+        self.addCleanup(lambda: daemon.process.poll() is None and connect_control(daemon.socket).app_action("quit", APP))
+        records = lambda: read_jsonl(record)  # noqa: E731
+        events = lambda: [r for r in records() if r["kind"] == "event"]  # noqa: E731
+
+        def snapshot_empty():
+            try:
+                with open(os.path.join(daemon.root, "state", "state.json")) as file:
+                    return not json.load(file)["apps"][APP]["queue"]["events"]
+            except (OSError, ValueError, KeyError):
+                return False
+
+        def context():
+            return (f"\n--- point {point}\n--- vigild\n{daemon.log_tail(30)}\n--- app\n"
+                    + "\n".join(map(str, records()[-12:])))
+
+        accepted, unanswered = [], 0
+        acked_at = {}
+        try:
+            control = connect_control(daemon.socket)
+            control.app_action("launch", APP)
+            wait_for(lambda: any(r["kind"] == "hello" for r in records()), STEP)
+            control.app_action("background", APP)
+            wait_for(lambda: daemon.process.poll() is not None or app_info(control, APP)["state"] == "suspended", STEP)
+            for _ in range(4):
+                seq = control.wake(APP, payload=b"x")["seq"]
+                accepted.append(seq)
+                # Handled and acknowledged by the app, then the ack's write (the snapshot, 0.5 s on).
+                wait_for(lambda: any(e["seq"] == seq for e in events()) or daemon.process.poll() is not None, STEP)
+                acked_at[seq] = time.monotonic()
+                wait_for(lambda: daemon.process.poll() is not None
+                         or app_info(control, APP)["state"] == "suspended", STEP)
+                if daemon.process.poll() is not None:
+                    break
+                # The ack's own write: the snapshot (at most 0.5 s on) that no longer holds the event.
+                wait_for(lambda: daemon.process.poll() is not None or snapshot_empty(), STEP)
+            control.close()
+        except (VigilError, OSError):
+            unanswered += 1
+        died = wait_for(lambda: daemon.process.poll() is not None, STEP)
+        self.assertTrue(died, f"the daemon never reached crash point {point}" + context())
+        self.assertEqual(daemon.process.returncode, -signal.SIGKILL, context())
+        crashed_at = time.monotonic()
+        before_pid = next((r["pid"] for r in reversed(records()) if r["kind"] == "hello"), None)
+        received_before = {e["seq"] for e in events()}
+
+        daemon.env = {}
+        adoptions = len(decisions_in_log(daemon.output, "adopt"))
+        daemon.start()
+        control = connect_control(daemon.socket)
+        self.addCleanup(control.close)
+        adopted = wait_for(lambda: len(decisions_in_log(daemon.output, "adopt")) > adoptions, STEP)
+        control.app_action("foreground", APP)  # no window: everything pending comes
+        self.assertTrue(wait_for(lambda: (lambda i: i["unacknowledgedEvents"] + i["queuedEvents"] == 0)(
+            app_info(control, APP)), STEP), "pending events not handled after the restart" + context())
+        after = control.wake(APP, payload=b"after")["seq"]
+        self.assertTrue(wait_for(lambda: any(e["seq"] == after for e in events()), STEP), context())
+
+        copies = events()
+        lost = [seq for seq in accepted if seq not in {e["seq"] for e in copies}]
+        seen_before = [e["seq"] for e in copies if e["t"] <= crashed_at] + accepted
+        reused = int(bool(seen_before) and after <= max(seen_before))
+        first = {}
+        reused += sum(1 for e in copies if first.setdefault(e["seq"], e["payloadHex"]) != e["payloadHex"])
+        restart = [e for e in copies if e["t"] > crashed_at]
+        unflagged = sum(1 for e in restart if e["seq"] in received_before and not e["redelivered"])
+        again = [e["seq"] for e in restart if e["seq"] in acked_at and crashed_at - acked_at[e["seq"]] > BOUND + MARGIN]
+        pid = app_info(control, APP)["pid"]
+        line = (f"{point:28} accepted {len(accepted)}, after the restart {len(restart)}, lost {len(lost)}, "
+                f"reused {reused}, unflagged {unflagged}, again {len(again)}, "
+                f"adopted {adopted and pid == before_pid}")
+        self.assertFalse(lost, f"lost {lost}" + context())
+        self.assertEqual(reused, 0, "a seq given out twice" + context())
+        self.assertEqual(unflagged, 0, "a copy not flagged redelivered" + context())
+        self.assertFalse(again, f"acknowledged long before the crash, delivered again: {again}" + context())
+        self.assertTrue(adopted and pid == before_pid, f"not adopted ({before_pid} -> {pid})" + context())
+        return line
+
+
+if __name__ == "__main__":
+    unittest.main()
