@@ -48,7 +48,13 @@ public actor BluetoothCentral {
     var lastState: BluetoothState = .unknown
 
     // Clients and links (BluetoothCentral+Links, +Scanning, +Subscriptions).
-    var clients: [BluetoothClient: CentralClientState] = [:]
+    var clients: [BluetoothClient: CentralClientState] = [:] {
+        didSet { savedVersion &+= 1 }
+    }
+    /// Moves with every change to `clients`, of which `saved()` is made: the
+    /// daemon makes and compares a saved part only when it moved (issue 34).
+    /// A change `saved()` does not show (an advertisement seen) moves it too.
+    public private(set) var savedVersion: UInt64 = 0
     var links: [String: Link] = [:]
     var discovery = DiscoveryState()
     var notify: [ObjectPath: NotifyState] = [:]

@@ -20,7 +20,12 @@ public actor BluetoothPeripheral {
     /// for a wake or a relaunch, well within the central's 30 s ATT timeout).
     let requestTimeout: Duration
 
-    var clients: [BluetoothClient: PeripheralClientState] = [:]
+    var clients: [BluetoothClient: PeripheralClientState] = [:] {
+        didSet { savedVersion &+= 1 }
+    }
+    /// Moves with every change to `clients`, of which `saved()` is made (as
+    /// `BluetoothCentral.savedVersion`).
+    public private(set) var savedVersion: UInt64 = 0
     var pending: [Int: PendingRequest] = [:]
     var nextRequestID = 1
     var nextServiceNumber = 1

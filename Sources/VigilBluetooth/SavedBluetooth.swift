@@ -96,7 +96,7 @@ extension BluetoothCentral {
             result[id] = SavedCentral(
                 restoreIdentifier: state.restoreIdentifier, connects: state.connects.sorted(),
                 subscriptions: state.subscriptions.map { SavedSubscription(path: $0.key, acquire: $0.value.acquire) }
-                    .sorted { "\($0.path)" < "\($1.path)" },
+                    .sorted { $0.path < $1.path },
                 scanServices: state.scan.map { ($0.services ?? []).sorted() }, scanAll: state.scan?.services == nil,
                 allowDuplicates: state.scan?.allowDuplicates ?? false)
         }

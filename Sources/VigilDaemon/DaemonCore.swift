@@ -159,39 +159,87 @@ actor DaemonCore {
 
     var now: UInt64 { MonotonicInstant.now().nanoseconds }
 
-    /// Runs `body` against the engine, then re-arms the single engine timer and
-    /// schedules a write of the state file. Frames the engine sends to apps
-    /// meanwhile go out when the outermost call returns, one write per app
-    /// (see `hold`).
+    /// Runs `body` against the engine, then re-arms the single engine timer
+    /// and, when something needs saving (`saveSoonIfChanged`), schedules a
+    /// save. Frames the engine sends to apps meanwhile go out when the
+    /// outermost call returns, one write per app (see `hold`).
     func withEngine<T, E: Error>(_ body: (LifecycleEngine, UInt64) throws(E) -> T) throws(E) -> T {
         engineCallDepth += 1
         defer {
             commitJournal()
             rearmEngineTimer()
-            scheduleSave()
             dispatchStateChanges()
+            // After the state changes' fan-out: a component's part may have changed there.
+            saveSoonIfChanged()
             engineCallDepth -= 1
             if engineCallDepth == 0 { clients.flushHeld(services: self) }
         }
         return try body(engine, now)
     }
 
-    /// Coalesces state-file writes: at most one per half second while busy, none while idle.
+    /// Asks for the state file to be written soon: a component's part changed
+    /// (every component is asked for its part at that save, not only those
+    /// whose `savedPartVersion` moved). Coalesced: at most one save per half
+    /// second while busy, none while idle.
     func scheduleSave() {
+        stateStore.partsRequested = true
+        armSaveTimer()
+    }
+
+    /// After an engine call: a save only when there is something to save
+    /// (issue 34). A wake that changed only queues has them in the journal
+    /// already; what may wait there (an acknowledgement) is written by the
+    /// save within half a second, if no other journal write takes it first;
+    /// a component's part is looked at only when its version moved.
+    private func saveSoonIfChanged() {
+        guard saveTimer == nil else { return }
+        if stateStore.needsSave(engine) || componentPartMoved() { armSaveTimer() }
+    }
+
+    private func componentPartMoved() -> Bool {
+        for component in components {
+            if let version = component.savedPartVersion(services: self),
+               stateStore.componentVersions[ObjectIdentifier(component)] != version {
+                return true
+            }
+        }
+        return false
+    }
+
+    private func armSaveTimer() {
         guard saveTimer == nil else { return }
         saveTimer = loop.schedule(after: .milliseconds(500)) { [unowned self] in
             self.assumeIsolated { core in
                 core.saveTimer = nil
-                core.saveState()
+                core.saveChanges(snapshot: false)
             }
         }
     }
 
-    /// A snapshot of the state, and a new event journal (see `StateStore`).
+    /// A snapshot of the apps with a new event journal, and the components'
+    /// part if it changed (see `StateStore`): at stop, on the journal's
+    /// compaction, after L2CAP's restore.
     func saveState() {
-        var snapshot = DaemonSnapshot(apps: [:])
-        componentsSnapshot(&snapshot)
-        stateStore.save(engine: engine, bluetooth: snapshot.bluetooth, logger: logger)
+        saveChanges(snapshot: true)
+    }
+
+    /// Saves what changed (`StateStore.save`): the components whose
+    /// `savedPartVersion` moved make their part again, on top of what was
+    /// saved last (every component, when one asked with `scheduleSave`, and
+    /// for `snapshot`); the store writes only the parts that differ.
+    private func saveChanges(snapshot: Bool) {
+        let askAll = snapshot || stateStore.partsRequested
+        var parts = DaemonSnapshot(apps: [:], bluetooth: stateStore.savedBluetooth)
+        var asked = false
+        for component in components {
+            let version = component.savedPartVersion(services: self)
+            let key = ObjectIdentifier(component)
+            guard askAll || (version != nil && stateStore.componentVersions[key] != version) else { continue }
+            component.save(into: &parts, services: self)
+            asked = true
+            if let version { stateStore.componentVersions[key] = version }
+        }
+        stateStore.save(engine: engine, bluetooth: asked ? .some(parts.bluetooth) : .none, snapshot: snapshot, logger: logger)
     }
 
     /// One timer for the engine's earliest deadline; none when nothing is due,

@@ -21,6 +21,24 @@ import VigilSystem
 /// With `durability = "process"` (the default) written means in the page
 /// cache: it survives any crash of vigild, SIGKILL included. `"power"` adds
 /// fdatasync (and a directory fsync around renames) before relying on it.
+///
+/// Saving costs what changed, not what exists (issue 34). The state file
+/// has two parts: the apps (queues, force-quit flags, refresh schedules),
+/// continued by the journal, and what components saved (Bluetooth
+/// intents). Each is kept encoded as last written, and a save re-encodes
+/// only the part that changed:
+/// - the apps are snapshotted (`checkpoint`, a new journal) only when the
+///   engine changed something the journal does not carry
+///   (`LifecycleEngine.unjournaledChanges`: refresh schedules, apps added
+///   or dropped), when the journal passes `compactionSize`, at start and at
+///   stop: a wake, an acknowledgement or a suspension changes queues only,
+///   and those are in the journal already;
+/// - the components' part is made again only by components whose
+///   `savedPartVersion` moved (or that asked with `scheduleSave`), and
+///   written only when it differs from what the file holds. That write
+///   keeps the apps part as it was (the same bytes, naming the same
+///   journal generation), so it needs no new journal: the file before and
+///   after the rename are both a snapshot the open journal continues.
 /// What the state file holds; each component saves its part (`DaemonComponent.save`).
 typealias DaemonSnapshot = StateStore.Contents
 
@@ -29,8 +47,11 @@ final class StateStore {
     let journalPath: String
     let directory: String
     let durability: Durability
-    /// The journal is compacted into a snapshot once it is this long.
+    /// The journal is compacted into a snapshot at once when it is this long.
     static let journalLimit = 16 << 20
+    /// ... and on the next coalesced save once it is this long (a wake adds
+    /// about 150 bytes: thousands of wakes share one snapshot).
+    static let compactionSize = 1 << 20
 
     private var journalFD: Int32 = -1
     /// The generation of the open journal (and of the snapshot it continues).
@@ -39,6 +60,23 @@ final class StateStore {
     private var encoder = JournalEncoder()
     /// Set while journal writes fail, so the failure is logged once.
     private var writeFailure: String?
+
+    /// The apps part of the state file as last written (JSON), continued by
+    /// the journal of `generation`.
+    private var appsJSON: [UInt8] = Array("{}".utf8)
+    /// The engine's `unjournaledChanges` when `appsJSON` was taken.
+    private var snapshotEngineChanges: UInt64 = 0
+    /// The components' part as last written, and its JSON (nil: absent).
+    private(set) var savedBluetooth: SavedBluetooth?
+    private var bluetoothJSON: [UInt8]?
+    /// Each component's `savedPartVersion` at its last `save(into:)`.
+    var componentVersions: [ObjectIdentifier: UInt64] = [:]
+    /// A component asked for a save (`DaemonCore.scheduleSave`): the next
+    /// save asks every component, not only those whose version moved.
+    var partsRequested = false
+    /// The state file is behind what was last made (a write failed): the
+    /// next save writes it whatever changed.
+    private var fileBehind = false
 
     init(directory: String, durability: Durability = .process) {
         self.directory = directory
@@ -95,7 +133,9 @@ final class StateStore {
     func open(engine: LifecycleEngine, bluetooth: SavedBluetooth?, logger: Logger) {
         removeTemporaryFiles()
         do {
-            try checkpoint(apps: engine.savedState(), bluetooth: bluetooth)
+            bluetoothJSON = try bluetooth.map(Self.encode)
+            savedBluetooth = bluetooth
+            try checkpoint(engine)
         } catch {
             logger.error("cannot start the event journal in \(directory): \(error); what vigild reads or queues is not durable until it can")
         }
@@ -142,12 +182,44 @@ final class StateStore {
         return journalSize >= Self.journalLimit
     }
 
-    /// Takes a snapshot and starts a new journal: the engine's changes so far
-    /// first go to the current journal (so a failed snapshot loses nothing).
-    func save(engine: LifecycleEngine, bluetooth: SavedBluetooth?, logger: Logger) {
+    /// Whether a save has anything to do without asking the components:
+    /// records waiting in the encoder (acknowledgements), a change of the
+    /// engine's the journal does not carry, a journal due for compaction, a
+    /// component's request, or a state file behind.
+    func needsSave(_ engine: LifecycleEngine) -> Bool {
+        !encoder.bytes.isEmpty || engine.unjournaledChanges != snapshotEngineChanges
+            || journalSize >= Self.compactionSize || partsRequested || fileBehind
+    }
+
+    /// Saves what changed since the last save. The engine's changes so far
+    /// go to the journal first (waiting ones too: so a failed snapshot loses
+    /// nothing, and an acknowledgement waits at most one save). Then:
+    /// - a snapshot of the apps and a new journal (`checkpoint`), with
+    ///   `snapshot`, or when the engine changed what the journal does not
+    ///   carry, or when the journal passed `compactionSize`;
+    /// - otherwise, when `bluetooth` (the components' part, nil: unchanged,
+    ///   not asked) differs from what the file holds, the file rewritten
+    ///   with the apps part as it was;
+    /// - otherwise nothing.
+    func save(engine: LifecycleEngine, bluetooth: SavedBluetooth??, snapshot: Bool, logger: Logger) {
         commit(engine, logger: logger, all: true)
+        partsRequested = false
         do {
-            try checkpoint(apps: engine.savedState(), bluetooth: bluetooth)
+            if let bluetooth, bluetooth != savedBluetooth {
+                bluetoothJSON = try bluetooth.map(Self.encode)
+                savedBluetooth = bluetooth
+                fileBehind = true
+            }
+            let appsDue = snapshot || engine.unjournaledChanges != snapshotEngineChanges || journalSize >= Self.compactionSize
+            guard appsDue || fileBehind else { return }
+            if appsDue {
+                try checkpoint(engine)
+            } else {
+                CrashPoint.reach("state.parts", .before)
+                try replace(path, with: stateFile(generation: generation))
+                CrashPoint.reach("state.parts", .after)
+            }
+            fileBehind = false
         } catch {
             logger.error("cannot write \(path): \(error); the journal goes on")
         }
@@ -161,7 +233,10 @@ final class StateStore {
     /// A crash before 2 leaves the old snapshot and the whole old journal; one
     /// between 2 and 3 the new snapshot and an ignored old journal; one after
     /// 3 the new snapshot and an empty journal. None loses or repeats a change.
-    private func checkpoint(apps: [String: SavedApp], bluetooth: SavedBluetooth?) throws {
+    private func checkpoint(_ engine: LifecycleEngine) throws {
+        let apps = engine.savedState()
+        let changes = engine.unjournaledChanges
+        let encodedApps = try Self.encode(apps)
         let next = generation + 1
         let newJournal = journalPath + ".tmp"
         let fd = Glibc.open(newJournal, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0o600)
@@ -169,9 +244,8 @@ final class StateStore {
         do {
             try writeAll(fd, JournalFormat.header(generation: next), path: newJournal)
             if durability == .power { try sync(fd, newJournal) }
-            let snapshot = try JSONEncoder().encode(Contents(apps: apps, bluetooth: bluetooth, journal: next))
             CrashPoint.reach("snapshot.state", .before)
-            try replace(path, with: [UInt8](snapshot))
+            try replace(path, with: stateFile(generation: next, apps: encodedApps))
             CrashPoint.reach("snapshot.state", .after)
             CrashPoint.reach("snapshot.journal", .before)
             guard rename(newJournal, journalPath) == 0 else { throw failure("rename", journalPath) }
@@ -187,6 +261,29 @@ final class StateStore {
         generation = next
         journalSize = JournalFormat.headerSize
         encoder.reset(after: apps)
+        appsJSON = encodedApps
+        snapshotEngineChanges = changes
+    }
+
+    /// The state file (`Contents`) from its parts' JSON: the apps (these, or
+    /// as last written), the components' part as last made, and the
+    /// generation of the journal that continues the apps.
+    private func stateFile(generation: UInt64, apps: [UInt8]? = nil) -> [UInt8] {
+        var bytes = Array(#"{"version":1,"journal":"#.utf8)
+        bytes += Array(String(generation).utf8)
+        bytes += Array(#","apps":"#.utf8)
+        bytes += apps ?? appsJSON
+        if let bluetoothJSON {
+            bytes += Array(#","bluetooth":"#.utf8)
+            bytes += bluetoothJSON
+        }
+        bytes.append(UInt8(ascii: "}"))
+        return bytes
+    }
+
+    /// One part as JSON.
+    private static func encode<T: Encodable>(_ value: T) throws -> [UInt8] {
+        try [UInt8](JSONEncoder().encode(value))
     }
 
     // MARK: Files

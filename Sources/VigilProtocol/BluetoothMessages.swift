@@ -87,7 +87,13 @@ public struct GATTServiceInfo: Sendable, Codable, Equatable {
 }
 
 /// Names one characteristic of a peripheral (and optionally one descriptor of it).
-public struct CharacteristicPath: Sendable, Codable, Equatable, Hashable {
+///
+/// Ordered (peripheral, service, characteristic) and described as
+/// `peripheral/service/characteristic`: the state file sorts subscriptions
+/// by it on every save, and a type without a description of its own is
+/// turned into text by reflection (`Mirror`), thousands of times slower
+/// (issue 34; `scripts/check-reflection`).
+public struct CharacteristicPath: Sendable, Codable, Equatable, Hashable, Comparable, CustomStringConvertible {
     public var peripheral: String
     public var service: String
     public var characteristic: String
@@ -97,6 +103,12 @@ public struct CharacteristicPath: Sendable, Codable, Equatable, Hashable {
         self.service = service
         self.characteristic = characteristic
     }
+
+    public static func < (lhs: CharacteristicPath, rhs: CharacteristicPath) -> Bool {
+        (lhs.peripheral, lhs.service, lhs.characteristic) < (rhs.peripheral, rhs.service, rhs.characteristic)
+    }
+
+    public var description: String { peripheral + "/" + service + "/" + characteristic }
 }
 
 // MARK: Requests (apps; control clients too, for vigilctl ble)

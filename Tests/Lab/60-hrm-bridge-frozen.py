@@ -101,7 +101,12 @@ def expected(ev: dict) -> dict:
 
 
 def check_measurements() -> None:
-    """Every measurement the peer sent, in order, equal field by field; nothing extra."""
+    """Every measurement the peer sent, in order, equal field by field; nothing extra.
+
+    Valid at any moment, not only once a burst is over: the peer logs each
+    notification before it sends it (hrm_sequence_peer.py), so the bridge can
+    never hold a measurement that the log does not show yet, and one more
+    line than the log is a measurement the peer never sent."""
     sent, got = peer.events("notify"), lines("measurement")
     if len(got) > len(sent):
         raise LabError(f"the bridge wrote {len(got)} measurements, the peer sent {len(sent)}\n{diagnostics()}")

@@ -14,7 +14,11 @@ Same options, GATT, advertising, events and commands as the stock peer, plus:
                          emits {"event": "configured", ...} or
                          {"event": "configure-rejected", "error": ...}
 Each notification is logged as the stock peer logs it ("notify": seq, hr,
-format, contact, energy, rr, data), so a test compares against that.
+format, contact, energy, rr, data), so a test compares against that.  It is
+logged *before* it is sent: vigild and the bridge can write a measurement
+before this process resumes from the send, and 60-hrm-bridge-frozen fails at
+once on a measurement the log does not show (issue 33: it did, for a value
+the peer logged a moment later).  "burst-done" follows the burst's last send.
 
 Start it with lab.Peer.start("hrm", "<path to this file>", ...): lib.sh's
 lab_peer_start takes a path as well as a name in lab/peers.
@@ -45,8 +49,8 @@ class SequenceMonitor(stock.HeartRateMonitor):
                 await self.wake.wait()
                 continue
             data, info = self.next_measurement()
+            self.events.emit("notify", **info)   # before sending: see the docstring
             await self.device.notify_subscribers(self.hrm, data)
-            self.events.emit("notify", **info)
             self.seq += 1
             self.budget -= 1
             if self.energy is not None:

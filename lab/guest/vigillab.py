@@ -255,6 +255,18 @@ class UdevMonitor:
 
 
 # --------------------------------------------------------------- peers ----
+def read_events(path: str) -> list[dict]:
+    """The JSON lines a peer has appended to `path` so far (none if it does
+    not exist yet).  Complete lines only: the peer may be writing the next
+    one while we read, and it shows up at the next read."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in text.split("\n")[:-1] if line.strip()]
+
+
 class Peer:
     """A scripted peer from lab/peers running in the background."""
 
@@ -281,12 +293,7 @@ class Peer:
         return self
 
     def events(self, kind: str | None = None) -> list[dict]:
-        try:
-            with open(self.events_path) as f:
-                evs = [json.loads(line) for line in f if line.strip()]
-        except FileNotFoundError:
-            return []
-        return [e for e in evs if kind is None or e.get("event") == kind]
+        return [e for e in read_events(self.events_path) if kind is None or e.get("event") == kind]
 
     def wait_event(self, kind: str, timeout: float = 30, **fields: Any) -> dict:
         def find():

@@ -14,8 +14,10 @@ Measurement n (0-based, counted over the peer's life) carries
   energy expended = kJ, starts at --energy, +1 per notification (if --energy)
   RR intervals    = --rr values, each round(61440 / hr) + k  (1/1024 s units)
   sensor contact  = --contact (none | yes | no)
-Every notification sent is logged as an event {"event": "notify", "seq", "hr",
-"energy", "rr", "contact", "data"} so a test can compare.
+Every notification is logged as an event {"event": "notify", "seq", "hr",
+"energy", "rr", "contact", "data"} before it is sent, so that a test can
+compare what a central received with this log at any moment: nothing reaches
+a central before its record is in the log.
 
 Commands (one per line on the --control FIFO; SIGUSR1 = power-off,
 SIGUSR2 = power-on):
@@ -161,8 +163,10 @@ class HeartRateMonitor:
                 await self.wake.wait()
                 continue
             data, info = self.next_measurement()
-            await self.device.notify_subscribers(self.hrm, data)
+            # Logged first: a central may see the value before this coroutine
+            # resumes, and a test compares what it saw with this log.
             self.events.emit("notify", **info)
+            await self.device.notify_subscribers(self.hrm, data)
             self.seq += 1
             if self.energy is not None:
                 self.energy = (self.energy + 1) & 0xFFFF

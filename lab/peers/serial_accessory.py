@@ -23,6 +23,9 @@ Modes:
 
 Events (JSON lines, --events): "open", "record" (records mode, every one),
 "done" with counts and bytes_per_s, "eof"/"error" when the port goes away.
+A "record" or "hrm" line is logged *before* its bytes are written, so the
+host side can never hold bytes the log does not show yet (a test compares
+the two while they arrive); "done" and "burst-done" follow the last write.
 Commands on --control: "pause", "resume", "quit" (and "send N" in hrm mode).
 """
 
@@ -159,9 +162,9 @@ class Accessory:
                     break
                 time.sleep(min(0.05, max(0.0, due - now)) if not self.paused else 0.05)
             line = record(seq, time.monotonic() - t0)
+            self.ev.emit("record", seq=seq, line=line.decode().strip())  # logged before written
             if not self.write_all(fd, line):
                 return
-            self.ev.emit("record", seq=seq, line=line.decode().strip())
             seq += 1
         self.ev.emit("done", mode="records", count=seq)
 
@@ -175,13 +178,13 @@ class Accessory:
                 time.sleep(0.05)
                 continue
             text = HRM_SEQUENCE[seq % len(HRM_SEQUENCE)]
-            if not self.write_all(fd, (text + "\n").encode()):
-                return
             expected = hrm_expected(text)
-            if expected is None:
+            if expected is None:   # logged before written, as the records
                 self.ev.emit("hrm", seq=seq, line=text, malformed=True)
             else:
                 self.ev.emit("hrm", seq=seq, line=text, expected=expected)
+            if not self.write_all(fd, (text + "\n").encode()):
+                return
             seq += 1
             self.budget -= 1
             if self.budget == 0:

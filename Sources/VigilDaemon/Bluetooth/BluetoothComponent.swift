@@ -83,7 +83,16 @@ final class BluetoothComponent: DaemonComponent {
         parts.append("Bluetooth: " + (central?.assumeIsolated { $0.state.rawValue } ?? "off"))
     }
 
+    /// Moves with every change to the roles' clients (`savedVersion`): what
+    /// `save` makes from. nil while stopped or disabled (then saved only by
+    /// the full saves, as nil).
+    func savedPartVersion<S: DaemonServices>(services: isolated S) -> UInt64? {
+        guard let central, let peripheral else { return nil }
+        return central.assumeIsolated { $0.savedVersion } &+ peripheral.assumeIsolated { $0.savedVersion }
+    }
+
     /// What apps asked of Bluetooth, for the state file (nil when disabled).
+    /// The rest of `snapshot.bluetooth` (L2CAP's intents) is kept.
     func save<S: DaemonServices>(into snapshot: inout DaemonSnapshot, services: isolated S) {
         guard let central, let peripheral else {
             snapshot.bluetooth = nil

@@ -86,8 +86,20 @@ protocol DaemonComponent: AnyObject {
     /// Its series on the metrics page.
     func addMetrics<S: DaemonServices>(to metrics: DaemonMetrics, services: isolated S)
 
-    /// Its part of the state file, written on the next save.
+    /// Its part of the state file, written on the next save. `snapshot`
+    /// holds the parts as last saved: a component changes its own and leaves
+    /// the others (a save asks only some components: `savedPartVersion`).
     func save<S: DaemonServices>(into snapshot: inout DaemonSnapshot, services: isolated S)
+
+    /// Moves whenever its part of the state file may have changed (a change
+    /// counter; moving without a change costs only a comparison). After
+    /// every engine call the core looks at it, and `save` is called when it
+    /// moved since the last save: a wake does not remake parts nothing
+    /// changed (issue 34). nil (the default): not followed; `save` is called
+    /// only when some component asked with `DaemonServices.scheduleSave` and
+    /// on the full saves (stop, the journal's compaction), so a component
+    /// with a part and no version asks for saves itself.
+    func savedPartVersion<S: DaemonServices>(services: isolated S) -> UInt64?
 }
 
 extension DaemonComponent {
@@ -110,6 +122,7 @@ extension DaemonComponent {
     func addSummary<S: DaemonServices>(to parts: inout [String], services: isolated S) {}
     func addMetrics<S: DaemonServices>(to metrics: DaemonMetrics, services: isolated S) {}
     func save<S: DaemonServices>(into snapshot: inout DaemonSnapshot, services: isolated S) {}
+    func savedPartVersion<S: DaemonServices>(services: isolated S) -> UInt64? { nil }
 }
 
 /// A component that acts on every event sent to an app and every

@@ -53,6 +53,7 @@ extension LifecycleEngine {
                     $0.refresh = refresh
                 }
             }
+            unjournaledChanges &+= 1
         }
     }
 }

@@ -25,6 +25,7 @@ extension LifecycleEngine {
         let schedule = RefreshSchedule(
             interval: applied, due: now + (earliestBegin.map(nanoseconds) ?? applied), noDataStreak: app.refresh?.noDataStreak ?? 0)
         update(id) { $0.refresh = schedule }
+        unjournaledChanges &+= 1
         decide(id, .refresh, "refresh scheduled every \(seconds(Double(applied) / 1e9))"
             + (interval < timings.refreshMinimumInterval ? " (asked \(seconds(interval)); refresh-minimum-interval)" : "")
             + ", next in \(seconds(Double(schedule.due - now) / 1e9))")
@@ -35,6 +36,7 @@ extension LifecycleEngine {
     public func cancelRefresh(_ id: String) throws(ProtocolError) {
         guard try record(id).refresh != nil else { return }
         update(id) { $0.refresh = nil }
+        unjournaledChanges &+= 1
         decide(id, .refresh, "refresh cancelled by the app")
     }
 
@@ -54,6 +56,7 @@ extension LifecycleEngine {
         }
         schedule.due = now + schedule.stretchedInterval
         update(id) { $0.refresh = schedule }
+        unjournaledChanges &+= 1
         decide(id, .refresh, "refresh completed (\(result.rawValue)); next in \(seconds(Double(schedule.stretchedInterval) / 1e9))"
             + (schedule.stretch > 1 ? " (interval stretched \(schedule.stretch)x: \(schedule.noDataStreak) refresh(es) in a row without new data)" : ""))
         finishedProcessing(id, now: now)
@@ -73,6 +76,7 @@ extension LifecycleEngine {
             // The next comes one interval on even if the app never reports.
             schedule.due = now + schedule.stretchedInterval
             update(id) { $0.refresh = schedule }
+            unjournaledChanges &+= 1
             let pending = app.queue.events.contains { $0.kind == RefreshEventKind.refresh }
             if pending || app.forceQuit {
                 decide(id, .refresh, pending

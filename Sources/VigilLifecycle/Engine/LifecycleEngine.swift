@@ -27,6 +27,12 @@ public final class LifecycleEngine {
     /// Each refresh-scheduled app's due instant, kept with `deadlines`: a
     /// batch sends every refresh due, not only those whose deadline passed.
     var refreshDue: [String: UInt64] = [:]
+    /// Moves with every change to what `savedState` holds that the event
+    /// journal does not carry: a refresh schedule set, moved or cancelled,
+    /// an app added or dropped by a manifest load. The daemon takes a
+    /// snapshot when it moved; a wake, which changes only queues (all
+    /// journaled), takes none (issue 34).
+    public internal(set) var unjournaledChanges: UInt64 = 0
     public var timings: Timings {
         didSet { changedSinceDeadlines.formUnion(records.keys) }  // deadlines depend on them
     }
@@ -49,12 +55,14 @@ public final class LifecycleEngine {
         for (id, manifest) in manifests {
             if records[id] == nil {
                 store(id, AppRecord(manifest: manifest, queueLimit: queueLimit))
+                unjournaledChanges &+= 1
             } else {
                 update(id) { $0.manifest = manifest }
             }
         }
         for (id, record) in records where manifests[id] == nil && record.state == .notRunning {
             store(id, nil)
+            unjournaledChanges &+= 1
         }
     }
 

@@ -8,7 +8,8 @@ Service  SERVICE_UUID
   READ_UUID    read           -> b"vigil-lab"
   WRITE_UUID   write          -> logged as event "write"
   NOTIFY_UUID  read, notify   -> counter 0,1,2,... (uint32 LE) every --interval s
-                                 while someone is subscribed
+                                 while someone is subscribed; each value is
+                                 logged as event "notify" before it is sent
 
 Options: --ready-file, --events (JSON lines), --name, --interval.
 """
@@ -212,8 +213,9 @@ def main() -> None:
     def tick():
         if notifier.notifying:
             v = struct.pack("<I", counter[0])
-            notifier.notify(v)
+            # Logged before it goes to bluetoothd: the central may get it first otherwise.
             emit("notify", uuid=NOTIFY_UUID, value=v.hex(), seq=counter[0])
+            notifier.notify(v)
             counter[0] += 1
         return True
 
