@@ -13,7 +13,7 @@ public struct SavedBluetooth: Codable, Sendable, Equatable {
 }
 
 /// An app's L2CAP intents: the PSMs it published and its channels opened with
-/// `reopen`. The daemon owns the sockets (`DaemonCore+L2CAPRestore.swift`);
+/// `reopen`. The daemon owns the sockets (`L2CAPComponent+Restore.swift`);
 /// after a restart it listens on the same PSMs again and reopens the channels
 /// on their sessions once their links are back.
 public struct SavedL2CAP: Codable, Sendable, Equatable {

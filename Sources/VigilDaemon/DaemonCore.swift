@@ -54,6 +54,8 @@ actor DaemonCore {
     let components: [any DaemonComponent]
     /// Each request type a component handles, to that component.
     let requestRoutes: [String: any DaemonComponent]
+    /// The components told of each event sent and acknowledgement (on every wake's path).
+    let deliveryObservers: [any EventDeliveryObserver]
     /// A pending write of the state file; changes within it are written together.
     var saveTimer: TimerID?
     /// Set by the first stop signal (`VigilDaemonService`).
@@ -93,6 +95,7 @@ actor DaemonCore {
         ]
         self.components = components
         self.requestRoutes = Self.routes(for: components)
+        self.deliveryObservers = components.compactMap { $0 as? any EventDeliveryObserver }
     }
 
 

@@ -15,7 +15,12 @@ import VigilSystem
 actor FakeServices: DaemonServices {
     nonisolated let loop: EventLoop
     nonisolated var unownedExecutor: UnownedSerialExecutor { loop.asUnownedSerialExecutor() }
-    let logger = Logger(label: "vigil-daemon-tests")
+    /// Warnings and errors only: the layer's info lines would bury the test output.
+    let logger: Logger = {
+        var logger = Logger(label: "vigil-daemon-tests")
+        logger.logLevel = .warning
+        return logger
+    }()
     let config: DaemonConfig
     var now: UInt64 { MonotonicInstant.now().nanoseconds }
     var stopping = false
@@ -91,7 +96,7 @@ actor FakeServices: DaemonServices {
     /// The app's acknowledgement up to `seq`, as the core handles it: the
     /// components before the engine, then after.
     func acknowledge(_ app: String, upTo seq: UInt64) {
-        for component in components { component.willAcknowledge(seq, by: app, services: self) }
+        for case let observer as any EventDeliveryObserver in components { observer.willAcknowledge(seq, by: app, services: self) }
         engine.acknowledge(app, upTo: seq, now: now)
         for component in components { component.didAcknowledge(by: app, services: self) }
     }

@@ -107,6 +107,27 @@ struct StreamSessionsTests {
         }
     }
 
+    @Test func aFullEventQueueStopsReadingUntilTheAppAcknowledges() async throws {
+        try await withSession { services, session, peer in
+            // The app's queue full of events it has not acknowledged (the fake's limit is 64).
+            let last = try await services.run { services -> UInt64 in
+                var seq: UInt64 = 0
+                for index in 0..<64 {
+                    let event = QueuedEvent(kind: "test", attributes: ["n": .number(Double(index))], wakeMode: .externalAccessory)
+                    seq = try services.withEngine { engine, now throws(ProtocolError) in try engine.deliver(event, to: Self.app, now: now).seq }
+                }
+                return seq
+            }
+            try peer.writeAll([1, 2, 3])
+            #expect(await eventually(services) { $0.component(StreamSessions.self)!.isPaused(session) })
+            #expect(await services.run { $0.component(StreamSessions.self)!.session(session)!.log.written } == 0)
+            // Room again: reading resumes, and the bytes are announced.
+            await services.run { $0.acknowledge(Self.app, upTo: last) }
+            #expect(await eventually(services) { $0.dataEvents(of: Self.app, session: session).map(\.range) == [0..<3] })
+            #expect(await services.run { !$0.component(StreamSessions.self)!.isPaused(session) })
+        }
+    }
+
     @Test func aWriteIsAnsweredOnceTheEndpointTookEveryByteAndFailsWhenTheSessionEnds() async throws {
         try await withSession { services, session, peer in
             let (client, _) = try UnixStream.pair()

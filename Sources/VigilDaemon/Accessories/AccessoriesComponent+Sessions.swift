@@ -106,7 +106,6 @@ extension AccessoriesComponent {
     /// Ends a session (closing its port) and tells its holder. A session that
     /// asked to reopen stays, waiting for the same accessory to return.
     func endSession<S: DaemonServices>(_ id: Int, reason: String, keepForReopen: Bool, notify: Bool = true, services: isolated S) {
-        let reason = keepForReopen ? "\(reason); it reopens when the accessory returns" : reason
         services.component(StreamSessions.self)?.end(id, reason: reason, willReopen: keepForReopen, notify: notify, services: services)
     }
 

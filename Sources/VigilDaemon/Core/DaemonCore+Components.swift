@@ -102,7 +102,7 @@ extension DaemonCore {
     }
 
     func componentsWillAcknowledge(_ seq: UInt64, by app: String) {
-        for component in components { component.willAcknowledge(seq, by: app, services: self) }
+        for observer in deliveryObservers { observer.willAcknowledge(seq, by: app, services: self) }
     }
 
     func componentsDidAcknowledge(by app: String) {
@@ -117,7 +117,7 @@ extension DaemonCore {
     }
 
     func componentsWillSend(_ event: QueuedEvent, to app: String) {
-        for component in components { component.willSend(event, to: app, services: self) }
+        for observer in deliveryObservers { observer.willSend(event, to: app, services: self) }
     }
 
     func componentsConnectionClosed(_ connection: ClientConnection) {

@@ -208,6 +208,7 @@ extension StreamSessions {
     /// After an app's acknowledgement: logs of ended sessions that no queued
     /// event names any more are deleted.
     func removeRetiredLogs<S: DaemonServices>(of app: String, services: isolated S) {
+        guard !retiredLogs.isEmpty else { return }
         let retired = retiredLogs.filter { $0.value == app }.keys
         guard !retired.isEmpty else { return }
         let queued = services.engine.queuedEvents(of: app)

@@ -13,7 +13,7 @@ import VigilSystem
 /// end means (`StreamTransport.endpointEnded`).
 ///
 /// Serves `write` and `closeSession` for every transport's sessions.
-final class StreamSessions: DaemonComponent {
+final class StreamSessions: EventDeliveryObserver {
     let name = "streams"
     let requestTypes: Set<String> = [WriteToSession.type, CloseSession.type]
 
@@ -125,7 +125,8 @@ final class StreamSessions: DaemonComponent {
 
     /// The ids of the sessions `holder` holds, of one transport or all.
     func sessions(heldBy holder: SessionHolder, transport: (any StreamTransport)? = nil) -> [Int] {
-        sessions.values.filter { $0.holder == holder && (transport == nil || $0.transport === transport!) }.map(\.id).sorted()
+        guard !sessions.isEmpty else { return [] }  // every acknowledgement and suspension asks: most have none
+        return sessions.values.filter { $0.holder == holder && (transport == nil || $0.transport === transport!) }.map(\.id).sorted()
     }
 
     /// Changes what the transport saves of a session (written with the next `record`).
