@@ -88,12 +88,13 @@ extension DaemonServices {
 
     /// A loop callback (fd watch, timer) into the component of type `C`: it
     /// runs `body` in the core's isolation, or nothing if the daemon no
-    /// longer runs such a component.
+    /// longer runs such a component or is gone (a timer or watch that fires
+    /// after its core ended: in-process tests end cores while their loop runs).
     nonisolated func callback<C: DaemonComponent>(
         _ type: C.Type, _ body: @escaping @Sendable (C, isolated Self) -> Void
     ) -> @Sendable () -> Void {
-        { [unowned self] in
-            self.assumeIsolated { services in
+        { [weak self] in
+            self?.assumeIsolated { services in
                 guard let component = services.component(C.self) else { return }
                 body(component, services)
             }
@@ -104,8 +105,8 @@ extension DaemonServices {
     nonisolated func watchCallback<C: DaemonComponent>(
         _ type: C.Type, _ body: @escaping @Sendable (C, IOEvents, isolated Self) -> Void
     ) -> @Sendable (IOEvents) -> Void {
-        { [unowned self] events in
-            self.assumeIsolated { services in
+        { [weak self] events in
+            self?.assumeIsolated { services in
                 guard let component = services.component(C.self) else { return }
                 body(component, events, services)
             }
