@@ -94,7 +94,11 @@ extension DaemonCore {
                     version: version, daemon: Self.version, role: .app, app: owner, state: app.state,
                     launch: componentsLaunchOptions(app.launch, of: owner), deadline: app.deadline, limits: limits),
                 to: connection)
-            _ = withEngine { engine, now in engine.connected(owner, now: now) }
+            // The connecting process, told apart from a later one with its pid:
+            // it may acknowledge on this connection what it was sent on an
+            // earlier one, even of an earlier daemon (docs/lifecycle.md).
+            let process = ProcessStat.read(pid).map { ProcessIdentity(pid: pid, startTime: $0.startTime) }
+            _ = withEngine { engine, now in engine.connected(owner, now: now, process: process) }
         }
     }
 

@@ -330,7 +330,9 @@ public final class MQTTConnection: @unchecked Sendable {
     /// Hands a message to `onMessage`; once accepted, the store deletes its copy.
     private func deliver(_ message: MQTTIncoming) -> Bool {
         guard !isStopping, onMessage(message) else { return false }
+        CrashPoint.reach("mqtt.received.commit", .before)
         vigil_mqtt_store_commit(store)
+        CrashPoint.reach("mqtt.received.commit", .after)
         return true
     }
 

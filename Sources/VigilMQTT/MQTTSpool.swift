@@ -1,5 +1,6 @@
 import FoundationEssentials
 import Glibc
+import VigilSystem
 
 /// A durable FIFO of MQTT messages (docs/fleet.md). Two of them: the
 /// outbox (messages apps publish, kept until the broker has them) and the
@@ -36,6 +37,9 @@ public final class MQTTSpool {
 
     /// What it holds, for messages ("outbox", "held messages").
     public let name: String
+    /// Its crash points' prefix (docs/reliability.md): `PREFIX.append`, the
+    /// message's file renamed into place; `PREFIX.remove`, its unlink.
+    public let crashPoint: String
     public let directory: String
     public let sync: Bool
     public let messageLimit: Int
@@ -50,8 +54,11 @@ public final class MQTTSpool {
     /// Files that could not be read at start (moved aside), for the log.
     public private(set) var unreadable: [String] = []
 
-    public init(name: String, directory: String, sync: Bool, messageLimit: Int, byteLimit: Int) throws {
+    public init(
+        name: String, crashPoint: String = "mqtt.spool", directory: String, sync: Bool, messageLimit: Int, byteLimit: Int
+    ) throws {
         self.name = name
+        self.crashPoint = crashPoint
         self.directory = directory
         self.sync = sync
         self.messageLimit = messageLimit
@@ -98,7 +105,9 @@ public final class MQTTSpool {
         record += payload
         let path = directory + "/" + Self.name(entry.seq)
         do {
+            CrashPoint.reach(crashPoint + ".append", .before)
             try write(record, to: path)
+            CrashPoint.reach(crashPoint + ".append", .after)
         } catch {
             throw .io("cannot write \(path): \(error)")
         }
@@ -114,7 +123,9 @@ public final class MQTTSpool {
         bytes -= entries[index].size
         entries.remove(at: index)
         delivered += 1
+        CrashPoint.reach(crashPoint + ".remove", .before)
         unlink(directory + "/" + Self.name(seq))
+        CrashPoint.reach(crashPoint + ".remove", .after)
     }
 
     static func name(_ seq: UInt64) -> String {

@@ -83,7 +83,11 @@ public final class SessionLog {
             clearInterruptedRead()
             throw error
         }
-        if let count, count > 0 { SessionLogLayout.store(written + UInt64(count), .written, to: file.base) }
+        if let count, count > 0 {
+            CrashPoint.reach("session.written", .before)
+            SessionLogLayout.store(written + UInt64(count), .written, to: file.base)
+            CrashPoint.reach("session.written", .after)
+        }
         clearInterruptedRead()
         return count
     }
@@ -105,7 +109,9 @@ public final class SessionLog {
     public func acknowledge(upTo offset: UInt64) {
         guard offset > acknowledged else { return }
         precondition(offset <= written, "acknowledging bytes never written")
+        CrashPoint.reach("session.acknowledged", .before)
         SessionLogLayout.store(offset, .acknowledged, to: file.base)
+        CrashPoint.reach("session.acknowledged", .after)
         holdsAcknowledgedPages = true
     }
 

@@ -193,7 +193,7 @@ struct EngineIgnoredAckTests {
         h.engine.disconnected(plain)  // the connection went (a daemon restart, say) while it held seq 1
         h.engine.acknowledge(plain, upTo: 1, now: h.now)
         #expect(h.app(plain).queue.events.map(\.seq) == [1])
-        #expect(h.host.decisions(.refuse, for: plain).last?.reason.contains("ack up to seq 1 ignored") == true)
+        #expect(h.host.decisions(.refuse, for: plain).last?.reason.contains("ack up to seq 1 refused") == true)
         // A duplicate ack of what is gone is not worth a line.
         _ = h.engine.connected(plain, now: h.now)
         try h.engine.moveToForeground(plain, now: h.now)
@@ -202,5 +202,37 @@ struct EngineIgnoredAckTests {
         h.engine.acknowledge(plain, upTo: 1, now: h.now)
         #expect(h.host.decisions(.refuse, for: plain).count == lines)
         #expect(h.app(plain).queue.events.isEmpty)
+    }
+
+    /// docs/lifecycle.md, "Acknowledgement across connections": the process
+    /// that was sent seq 1 may acknowledge it on its next connection (to a
+    /// restarted daemon, here: restored from the journal) before it is sent
+    /// again; another process (the same pid, another start time) may not.
+    @Test func theProcessThatWasSentAnEventMayAcknowledgeItOnALaterConnection() throws {
+        let process = ProcessIdentity(pid: 321, startTime: 77)
+        let h = Harness()
+        let plain = Harness.plain
+        try h.engine.launch(plain, now: h.now)
+        _ = h.engine.connected(plain, now: h.now, process: process)
+        // Held for the foreground after a restart: the app has no accessory mode.
+        try h.deliver("accessory.connected", mode: .externalAccessory)
+        #expect(h.app(plain).queue.events.first?.sentTo == process)
+        var encoder = JournalEncoder()
+        for change in h.app(plain).queue.changes { encoder.append(change.record(app: plain)) }
+        let journal = JournalFormat.header(generation: 1) + encoder.bytes
+
+        for (acknowledger, accepted) in [(process, true), (ProcessIdentity(pid: 321, startTime: 78), false)] {
+            let recovered = JournalReplay.recover(snapshot: [:], snapshotGeneration: 1, journal: journal)
+            let restarted = Harness()
+            restarted.engine.restore(recovered.apps, now: 0)
+            restarted.engine.adopt(plain, pid: 321, frozen: false, now: restarted.now)
+            _ = restarted.engine.connected(plain, now: restarted.now, process: acknowledger)
+            #expect(restarted.host.events(to: plain).isEmpty)  // it waits for the foreground
+            restarted.engine.acknowledge(plain, upTo: 1, now: restarted.now)
+            #expect(restarted.app(plain).queue.events.isEmpty == accepted)
+            #expect(restarted.host.decisions(.refuse, for: plain).isEmpty == accepted)
+            try restarted.engine.moveToForeground(plain, now: restarted.now)
+            #expect(restarted.host.events(to: plain).count == (accepted ? 0 : 1))
+        }
     }
 }

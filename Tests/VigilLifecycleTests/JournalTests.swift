@@ -65,6 +65,8 @@ struct JournalTests {
             .drops(app: "b", unreported: 0, firstKind: nil, total: 9),
             .forceQuit(app: "b", true),
             .forceQuit(app: "a", false),
+            .sent(app: "a", upTo: 48, to: ProcessIdentity(pid: 4242, startTime: 1 << 40)),
+            .sentEach(app: "a", seqs: [49], to: ProcessIdentity(pid: -1, startTime: 0)),
         ]
         var encoder = JournalEncoder()
         for record in records { encoder.append(record) }
@@ -72,6 +74,43 @@ struct JournalTests {
         #expect(contents.generation == 7)
         #expect(contents.records == records)
         #expect(contents.stoppedEarly == nil)
+    }
+
+    /// `sent` records of daemons before the receiving process was recorded
+    /// (no bytes after the seqs) still read, as sent to no known process;
+    /// replayed, they leave an event no process may acknowledge later.
+    @Test func sentRecordsWithoutAProcessStillRead() throws {
+        func body(_ tag: UInt8, _ rest: [UInt8]) -> [UInt8] {
+            var bytes: [UInt8] = [tag]
+            bytes.appendLE(UInt32(1))
+            bytes += Array("a".utf8) + rest
+            var record: [UInt8] = []
+            record.appendLE(UInt32(bytes.count))
+            record.appendLE(CRC32.checksum(bytes))
+            return record + bytes
+        }
+        var seq: [UInt8] = []
+        seq.appendLE(UInt64(5))
+        var each: [UInt8] = []
+        each.appendLE(UInt32(1))
+        each.appendLE(UInt64(6))
+        let old = JournalFormat.header(generation: 1) + body(3, seq) + body(8, each)
+        let contents = try #require(JournalFormat.read(old))
+        #expect(contents.records == [.sent(app: "a", upTo: 5, to: nil), .sentEach(app: "a", seqs: [6], to: nil)])
+        #expect(contents.stoppedEarly == nil)
+
+        // Replayed: the last record says who has it; a renumbering forgets it.
+        var event = QueuedEvent(kind: "test")
+        event.seq = 5
+        var apps: [String: SavedApp] = [:]
+        let process = ProcessIdentity(pid: 7, startTime: 99)
+        JournalReplay.apply([.enqueued(app: "a", event: event), .sent(app: "a", upTo: 5, to: process)], to: &apps)
+        #expect(apps["a"]?.queue.events.first?.sentTo == process)
+        JournalReplay.apply([.sent(app: "a", upTo: 5)], to: &apps)
+        #expect(apps["a"]?.queue.events.first?.sentTo == nil)
+        #expect(apps["a"]?.queue.events.first?.everSent == true)
+        JournalReplay.apply([.sentEach(app: "a", seqs: [5], to: process), .renumbered(app: "a", seq: 5, to: 9)], to: &apps)
+        #expect(apps["a"]?.queue.events.first?.sentTo == nil)
     }
 
     @Test func aDamagedRecordEndsTheJournalThere() throws {

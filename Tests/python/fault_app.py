@@ -23,6 +23,11 @@ each event it says it has finished processing, so vigild may suspend it.
     --ack-delay S            take S seconds over each event before
                              acknowledging it (a slow app: vigild may
                              suspend it mid-event), then record `acked`
+    --ack-file PATH          right after each hello, if PATH exists: send
+                             `ack` for the seq it holds, record `acked`
+                             (late: true) and remove it (an app that
+                             finishes on a new connection an event it got
+                             before, ahead of its redelivery)
     --ack-after S            acknowledge each event S seconds after it
                              arrived, reading on meanwhile (events that
                              arrive together are acknowledged together),
@@ -84,6 +89,12 @@ def connect(record, socket_path):
 def serve(app, record, options):
     """One connection's life; returns True to connect again, False to exit."""
     record(kind="hello", app=app.app_id, state=app.state, launch=app.launch)
+    if options.ack_file and os.path.exists(options.ack_file):
+        with open(options.ack_file) as file:
+            late = int(file.read())
+        app.ack(late)
+        record(kind="acked", seq=late, late=True)
+        os.unlink(options.ack_file)
     session = None
     tried = 0.0
 
@@ -156,6 +167,7 @@ def main():
     parser.add_argument("--start-delay", type=float, default=0.0)
     parser.add_argument("--ack-delay", type=float, default=0.0)
     parser.add_argument("--ack-after", type=float, default=0.0)
+    parser.add_argument("--ack-file", default=None)
     options = parser.parse_args()
     record = Recorder(options.record)
     record(kind="started")

@@ -360,7 +360,9 @@ class TestbedDaemon:
     """vigild in accessory_testbed.py's testbed with the fake USB accessory,
     restarted by the supervisor (this file's `supervise`) whenever it ends."""
 
-    def __init__(self, root, config_text):
+    def __init__(self, root, config_text, env=None):
+        """`env`: more environment for the daemon; VIGIL_CRASH_POINT in it
+        arms only the first daemon (the supervisor drops it on restarts)."""
         self.root = root
         self.socket = os.path.join(root, "vigild.sock")
         self.config = os.path.join(root, "vigild.toml")
@@ -374,7 +376,7 @@ class TestbedDaemon:
             ["umockdev-wrapper", PYTHON, TESTBED, "--", PYTHON, os.path.abspath(__file__), "supervise",
              self.pidfile, "--", VIGILD, "--socket", self.socket, "--config", self.config],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1,
-            start_new_session=True)
+            start_new_session=True, env={**os.environ, **(env or {})})
         ready = self.testbed.stdout.readline().strip()
         if ready != "ready":
             raise RuntimeError(f"the testbed did not start ({ready!r}):\n{log_tail(self.log_path)}")
@@ -552,9 +554,12 @@ def spawn_retrying(spawn, patience=120):
 
 
 def supervise(pidfile, command):
-    """Runs `command`, starting it again whenever it ends, until SIGTERM."""
+    """Runs `command`, starting it again whenever it ends, until SIGTERM.
+    VIGIL_CRASH_POINT is passed to the first run only: a crash-point test
+    wants the next daemon to start clean."""
     stopping = False
     child = None
+    environment = dict(os.environ)
 
     def on_term(signum, frame):
         nonlocal stopping
@@ -568,7 +573,8 @@ def supervise(pidfile, command):
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     while not stopping:
-        child = spawn_retrying(lambda: os.posix_spawn(command[0], command, os.environ))
+        child = spawn_retrying(lambda: os.posix_spawn(command[0], command, environment))
+        environment.pop("VIGIL_CRASH_POINT", None)
         temporary = pidfile + ".new"
         with open(temporary, "w") as file:
             file.write(str(child))

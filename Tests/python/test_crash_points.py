@@ -15,6 +15,17 @@ started again on the same state folder, without the variable, must:
 - deliver again no event acknowledged more than BOUND before the crash.
 
 Every point runs in CI (about 2-3 s each).
+
+`processes.json` (`processes.file`, hit 2: the spawn at the launch; hit 1 is
+the daemon's own start) has a test of its own: the app is launched and the
+daemon dies right before or after recording its process. The next daemon
+must adopt that process (with the freezer: found in its cgroup, recorded or
+not; with signals: by its record, so before the write the process is not
+known, its `hello` is refused and it exits, and the next event launches a
+new one), and deliver a new event to it. The other durable steps have their
+siblings: test_crash_points_sessions.py (sessions.json, session logs),
+test_crash_points_mqtt.py (the MQTT outbox, held spool and store),
+test_ble_daemon.py's intents after a kill (state.parts).
 """
 
 import json
@@ -26,7 +37,7 @@ import unittest
 
 from fault_harness import (
     FAULT_APP, PYTHON, VIGILD, app_info, app_manifest, connect_control, daemon_with_app, decisions_in_log, read_jsonl,
-    wait_for,
+    wait_for, processes_with,
 )
 from vigil_client import VigilError
 
@@ -191,6 +202,58 @@ class CrashPointTests(unittest.TestCase):
         self.assertFalse(again, f"acknowledged long before the crash, delivered again: {again}" + context())
         self.assertTrue(adopted and pid == before_pid, f"not adopted ({before_pid} -> {pid})" + context())
         return line
+
+    def test_process_record_points(self):
+        lines = []
+        for moment in ("before", "after"):
+            with self.subTest(moment=moment):
+                lines.append(self.run_process_record_point(f"{APP}.processes{moment}", f"processes.file:{moment}:2"))
+        print("\nprocesses.json crash points (point: suspension, app processes, adopted, new event delivered to)")
+        for line in lines:
+            print("  " + line)
+
+    def run_process_record_point(self, APP, point):  # noqa: N803 - one app of its own per point
+        daemon, _, record = daemon_with_app(
+            self, "vigil-crash-processes-", APP, [PYTHON, FAULT_APP, "--record", "{record}"], start=False,
+            extra='on-stop = "leave"')
+        daemon.env = {"VIGIL_CRASH_POINT": point}
+        daemon.start()
+        self.addCleanup(daemon.stop)
+        records = lambda: read_jsonl(record)  # noqa: E731
+
+        def context():
+            return f"\n--- point {point}\n--- vigild\n{daemon.log_tail(30)}\n--- app\n" + "\n".join(map(str, records()[-12:]))
+
+        try:
+            with connect_control(daemon.socket) as control:
+                control.app_action("launch", APP)
+        except (VigilError, OSError):
+            pass  # the daemon died before its reply
+        self.assertTrue(wait_for(lambda: daemon.process.poll() is not None, STEP), "the point was not reached" + context())
+        self.assertEqual(daemon.process.returncode, -signal.SIGKILL, context())
+        self.assertTrue(wait_for(lambda: processes_with(record), STEP), "no app process" + context())
+        started = processes_with(record)
+        daemon.env = {}
+        daemon.start()
+        control = connect_control(daemon.socket)
+        self.addCleanup(control.close)
+        adopted = bool(decisions_in_log(daemon.output, "adopt"))
+        found = daemon.suspension == "cgroup" or point.endswith(":after:2")
+        if found:
+            self.assertTrue(adopted, "not adopted" + context())
+            self.assertEqual(app_info(control, APP)["pid"], started[0], context())
+        after = control.wake(APP, payload=b"after")["seq"]
+        self.assertTrue(wait_for(lambda: any(r["kind"] == "event" and r["seq"] == after for r in records()), STEP),
+                        "the new event was not delivered" + context())
+        to = next(r["pid"] for r in records() if r["kind"] == "event" and r["seq"] == after)
+        if found:
+            self.assertEqual(to, started[0], "delivered to another process than the adopted one" + context())
+        else:
+            self.assertTrue(any(r["kind"] == "refused" for r in records()), "the unknown process was not refused" + context())
+        control.app_action("quit", APP)
+        processes = len({r["pid"] for r in records() if r["kind"] == "started"})
+        return (f"{point:28} {daemon.suspension}, app processes {processes}, adopted {adopted}, "
+                f"event to {'the first process' if to == started[0] else 'a new process'}")
 
 
 if __name__ == "__main__":

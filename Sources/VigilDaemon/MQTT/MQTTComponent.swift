@@ -62,10 +62,10 @@ final class MQTTComponent: DaemonComponent {
         let core = services
         do {
             let outbox = try MQTTSpool(
-                name: "outbox", directory: folder + "/outbox", sync: config.durability == .power,
+                name: "outbox", crashPoint: "mqtt.outbox", directory: folder + "/outbox", sync: config.durability == .power,
                 messageLimit: settings.outboxLimit, byteLimit: settings.outboxSize)
             let held = try MQTTSpool(
-                name: "held messages", directory: folder + "/held", sync: config.durability == .power,
+                name: "held messages", crashPoint: "mqtt.held", directory: folder + "/held", sync: config.durability == .power,
                 messageLimit: settings.outboxLimit, byteLimit: settings.outboxSize)
             for spool in [outbox, held] {
                 for name in spool.unreadable { logger.error("MQTT: \(spool.directory)/\(name) is unreadable; moved aside") }

@@ -52,6 +52,8 @@ struct ProcessRecordFile {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .prettyPrinted]
         let data = try encoder.encode(Contents(processes: records.sorted { $0.app < $1.app }))
+        CrashPoint.reach("processes.file", .before)
         try data.write(to: URL(fileURLWithPath: path), options: .atomic)
+        CrashPoint.reach("processes.file", .after)
     }
 }

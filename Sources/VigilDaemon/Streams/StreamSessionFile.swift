@@ -2,6 +2,7 @@ import FoundationEssentials
 import Glibc
 import VigilProtocol
 import VigilStreams
+import VigilSystem
 
 /// One session as `sessions.json` keeps it: what the stream layer needs
 /// (id, holder, name, transport) and, beside it in the same object, what its
@@ -87,7 +88,10 @@ struct StreamSessionFile {
     func save(_ contents: Contents) throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .prettyPrinted]
-        try encoder.encode(contents).write(to: URL(fileURLWithPath: path), options: .atomic)
+        let data = try encoder.encode(contents)
+        CrashPoint.reach("sessions.file", .before)
+        try data.write(to: URL(fileURLWithPath: path), options: .atomic)
+        CrashPoint.reach("sessions.file", .after)
     }
 }
 

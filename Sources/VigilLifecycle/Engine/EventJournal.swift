@@ -25,12 +25,15 @@ public enum JournalRecord: Sendable, Equatable {
     /// `offset` bytes long before.
     case merged(app: String, seq: UInt64, offset: Int, bytes: [UInt8])
     /// Every event up to `seq` has now been sent to some process of the app
-    /// (so it goes out again as `redelivered`).
-    case sent(app: String, upTo: UInt64)
-    /// These events have now been sent to some process of the app: written
-    /// instead of `sent` when a waiting event below them was never sent
-    /// (held back for the foreground while later sources went ahead).
-    case sentEach(app: String, seqs: [UInt64])
+    /// (so it goes out again as `redelivered`), last to `process` when known
+    /// (which may acknowledge them on a later connection; nil in records of
+    /// daemons before 2026-11-28, read as unknown).
+    case sent(app: String, upTo: UInt64, to: ProcessIdentity? = nil)
+    /// These events have now been sent to some process of the app, last to
+    /// `process`: written instead of `sent` when a waiting event below them
+    /// was not sent to that process (held back for the foreground while
+    /// later sources went ahead, or sent to another process).
+    case sentEach(app: String, seqs: [UInt64], to: ProcessIdentity? = nil)
     /// The app acknowledged every event up to `seq`; they are gone.
     case acknowledged(app: String, upTo: UInt64)
     /// The app acknowledged these events; they are gone. Written instead of
@@ -62,8 +65,8 @@ public enum JournalRecord: Sendable, Equatable {
 
     public var app: String {
         switch self {
-        case let .enqueued(app, _), let .merged(app, _, _, _), let .sent(app, _), let .acknowledged(app, _),
-             let .withdrawn(app, _), let .drops(app, _, _, _), let .forceQuit(app, _), let .sentEach(app, _),
+        case let .enqueued(app, _), let .merged(app, _, _, _), let .sent(app, _, _), let .acknowledged(app, _),
+             let .withdrawn(app, _), let .drops(app, _, _, _), let .forceQuit(app, _), let .sentEach(app, _, _),
              let .acknowledgedEach(app, _), let .renumbered(app, _, _):
             return app
         }
@@ -290,13 +293,15 @@ public enum JournalReplay {
             guard have >= offset else { return "bytes merged at offset \(offset) of event \(seq), which has \(have)" }
             let already = have - offset  // applied before (a replay of a replay)
             if already < bytes.count { app.queue.events[index].payload.append(contentsOf: bytes[already...]) }
-        case let .sent(_, seq):
+        case let .sent(_, seq, process):
             for index in app.queue.events.indices where app.queue.events[index].seq <= seq {
                 app.queue.events[index].everSent = true
+                app.queue.events[index].sentTo = process
             }
-        case let .sentEach(_, seqs):
+        case let .sentEach(_, seqs, process):
             for index in app.queue.events.indices where seqs.contains(app.queue.events[index].seq) {
                 app.queue.events[index].everSent = true
+                app.queue.events[index].sentTo = process
             }
         case let .acknowledged(_, seq):
             app.queue.events.removeAll { $0.seq <= seq }
@@ -313,6 +318,7 @@ public enum JournalReplay {
             }
             var event = app.queue.events.remove(at: index)
             event.seq = new
+            event.sentTo = nil
             let at = app.queue.events.firstIndex { $0.seq > new } ?? app.queue.events.endIndex
             app.queue.events.insert(event, at: at)
         case let .withdrawn(_, seqs):
@@ -389,9 +395,10 @@ extension [UInt8] {
             appendLE(seq)
             appendLE(UInt64(offset))
             appendBytes(bytes)
-        case let .sent(app, seq):
+        case let .sent(app, seq, process):
             start(.sent, app)
             appendLE(seq)
+            appendProcess(process)
         case let .acknowledged(app, seq):
             start(.acknowledged, app)
             appendLE(seq)
@@ -399,10 +406,11 @@ extension [UInt8] {
             start(.withdrawn, app)
             appendLE(UInt32(seqs.count))
             for seq in seqs { appendLE(seq) }
-        case let .sentEach(app, seqs):
+        case let .sentEach(app, seqs, process):
             start(.sentEach, app)
             appendLE(UInt32(seqs.count))
             for seq in seqs { appendLE(seq) }
+            appendProcess(process)
         case let .acknowledgedEach(app, seqs):
             start(.acknowledgedEach, app)
             appendLE(UInt32(seqs.count))
@@ -421,6 +429,14 @@ extension [UInt8] {
             start(.forceQuit, app)
             append(value ? 1 : 0)
         }
+    }
+
+    /// A `sent` record's receiving process, at its end: absent when unknown,
+    /// as in records written before it was recorded, which thus still read.
+    fileprivate mutating func appendProcess(_ process: ProcessIdentity?) {
+        guard let process else { return }
+        appendLE(process.pid)
+        appendLE(process.startTime)
     }
 
     fileprivate mutating func encode(_ value: JSONValue) {
@@ -525,6 +541,16 @@ private struct ByteReader {
         }
     }
 
+    /// Reads the optional process at the end of a `sent` record
+    /// (`appendProcess`) into `identity` (nil when absent); false on garbage.
+    mutating func process(into identity: inout ProcessIdentity?) -> Bool {
+        identity = nil
+        if atEnd { return true }
+        guard let pid = integer(Int32.self), let startTime = integer(UInt64.self) else { return false }
+        identity = ProcessIdentity(pid: pid, startTime: startTime)
+        return true
+    }
+
     mutating func record() -> JournalRecord? {
         guard let tag = byte().flatMap(RecordTag.init(rawValue:)), let app = string() else { return nil }
         switch tag {
@@ -550,7 +576,9 @@ private struct ByteReader {
                   let bytes = raw() else { return nil }
             return .merged(app: app, seq: seq, offset: Int(offset), bytes: bytes)
         case .sent:
-            return integer(UInt64.self).map { .sent(app: app, upTo: $0) }
+            var process: ProcessIdentity?
+            guard let seq = integer(UInt64.self), self.process(into: &process) else { return nil }
+            return .sent(app: app, upTo: seq, to: process)
         case .acknowledged:
             return integer(UInt64.self).map { .acknowledged(app: app, upTo: $0) }
         case .withdrawn, .sentEach, .acknowledgedEach:
@@ -558,7 +586,10 @@ private struct ByteReader {
             var seqs: [UInt64] = []
             for _ in 0..<count { seqs.append(integer(UInt64.self)!) }
             switch tag {
-            case .sentEach: return .sentEach(app: app, seqs: seqs)
+            case .sentEach:
+                var process: ProcessIdentity?
+                guard self.process(into: &process) else { return nil }
+                return .sentEach(app: app, seqs: seqs, to: process)
             case .acknowledgedEach: return .acknowledgedEach(app: app, seqs: seqs)
             default: return .withdrawn(app: app, seqs: seqs)
             }

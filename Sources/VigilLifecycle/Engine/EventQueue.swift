@@ -2,6 +2,21 @@ import FoundationEssentials
 import Glibc
 import VigilProtocol
 
+/// One process, told apart from a later one that reuses its pid: its pid and
+/// its start time (`/proc/PID/stat` field 22, clock ticks since boot), as
+/// `processes.json` records a process for adoption.
+public struct ProcessIdentity: Sendable, Equatable, Hashable, Codable, CustomStringConvertible {
+    public var pid: Int32
+    public var startTime: UInt64
+
+    public init(pid: Int32, startTime: UInt64) {
+        self.pid = pid
+        self.startTime = startTime
+    }
+
+    public var description: String { "pid \(pid) started at tick \(startTime)" }
+}
+
 /// An event waiting for, or delivered to and not yet acknowledged by, an app.
 public struct QueuedEvent: Sendable, Equatable, Codable {
     public var seq: UInt64
@@ -12,6 +27,12 @@ public struct QueuedEvent: Sendable, Equatable, Codable {
     public var wakeMode: BackgroundMode?
     /// Whether some process of the app was sent this event already.
     public var everSent = false
+    /// The process this event was last sent to with its current seq (nil:
+    /// none known: never sent, sent before the daemon recorded it, or since
+    /// renumbered). That process may acknowledge it on a later connection,
+    /// even of a later daemon (docs/lifecycle.md, "Acknowledgement across
+    /// connections").
+    public var sentTo: ProcessIdentity?
     /// Events of one stream (e.g. one session's data) go one at a time: the next
     /// is sent once the app acknowledges the one before, and grows by merging
     /// meanwhile. A fast stream thus becomes a few large events, paced by the
@@ -66,7 +87,7 @@ public struct QueuedEvent: Sendable, Equatable, Codable {
 
     // The state file stores payloads as base64 (`Data`), not as arrays of
     // numbers: a session's buffered megabyte stays about a megabyte on disk.
-    enum CodingKeys: String, CodingKey { case seq, kind, attributes, payload, wakeMode, everSent, stream }
+    enum CodingKeys: String, CodingKey { case seq, kind, attributes, payload, wakeMode, everSent, sentTo, stream }
 
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
@@ -76,6 +97,7 @@ public struct QueuedEvent: Sendable, Equatable, Codable {
         payload = [UInt8](try container.decode(Data.self, forKey: .payload))
         wakeMode = try container.decodeIfPresent(BackgroundMode.self, forKey: .wakeMode)
         everSent = try container.decode(Bool.self, forKey: .everSent)
+        sentTo = try container.decodeIfPresent(ProcessIdentity.self, forKey: .sentTo)
         stream = try container.decodeIfPresent(String.self, forKey: .stream)
     }
 
@@ -87,6 +109,7 @@ public struct QueuedEvent: Sendable, Equatable, Codable {
         try container.encode(Data(payload), forKey: .payload)
         try container.encodeIfPresent(wakeMode, forKey: .wakeMode)
         try container.encode(everSent, forKey: .everSent)
+        try container.encodeIfPresent(sentTo, forKey: .sentTo)
         try container.encodeIfPresent(stream, forKey: .stream)
     }
 }
@@ -112,6 +135,9 @@ public struct EventQueue: Sendable {
     public private(set) var nextSeq: UInt64 = 1
     /// The highest seq sent to the current connection (0: none yet).
     public private(set) var highestSent: UInt64 = 0
+    /// The process at the other end of the current connection, when known:
+    /// recorded with each event sent to it (`QueuedEvent.sentTo`).
+    public private(set) var receiver: ProcessIdentity?
     public let limit: Int
     /// Events refused at the bound and not yet reported to the app.
     public private(set) var unreportedDrops = 0
@@ -313,12 +339,14 @@ public struct EventQueue: Sendable {
         if events[index].seq < highestSent { index = renumberSource(from: index) }
         var event = events.remove(at: index)
         let redelivered = event.everSent
-        if !redelivered {
-            // Cumulative where that is exact: no waiting event below it was never sent.
-            let below = events[sentCount...].contains { $0.seq < event.seq && !$0.everSent }
-            changes.append(below ? .sentEach([event.seq]) : .sent(upTo: event.seq))
+        if !redelivered || event.sentTo != receiver {
+            // Cumulative where that is exact: every waiting event below it
+            // was sent to this same process already (replay marks all below).
+            let below = events[sentCount...].contains { $0.seq < event.seq && !($0.everSent && $0.sentTo == receiver) }
+            changes.append(below ? .sentEach([event.seq], to: receiver) : .sent(upTo: event.seq, to: receiver))
         }
         event.everSent = true
+        event.sentTo = receiver
         events.insert(event, at: sentCount)
         sentCount += 1
         highestSent = max(highestSent, event.seq)
@@ -339,6 +367,8 @@ public struct EventQueue: Sendable {
         for position in moved.indices {
             let old = moved[position].seq
             moved[position].seq = nextSeq
+            // Whoever had the old seq never had this one.
+            moved[position].sentTo = nil
             nextSeq += 1
             changes.append(.renumbered(old, to: moved[position].seq))
         }
@@ -349,22 +379,36 @@ public struct EventQueue: Sendable {
         return start
     }
 
-    /// Drops every event up to and including `seq` that was sent to the
-    /// current connection; returns how many. Events the connection was not
-    /// sent (held back, or waiting) are never acknowledged, whatever their seq.
+    /// Drops every event up to and including `seq` that was sent to this
+    /// process: on the current connection, or with that same seq on an
+    /// earlier connection of the same process (`sentTo == receiver`, also
+    /// of an earlier daemon); returns how many. Events the process was not
+    /// sent (held back, waiting, or sent to another process) are never
+    /// acknowledged, whatever their seq.
     @discardableResult
     public mutating func acknowledge(upTo seq: UInt64) -> Int {
         // The sent events are in increasing seq: a prefix of them.
-        let acknowledged = events[..<sentCount].prefix { $0.seq <= seq }.count
-        guard acknowledged > 0 else { return 0 }
-        let seqs = events[..<acknowledged].map(\.seq)
-        events.removeFirst(acknowledged)
-        sentCount -= acknowledged
+        let onConnection = events[..<sentCount].prefix { $0.seq <= seq }.count
+        var earlier: [UInt64] = []
+        if let receiver {
+            earlier = events[sentCount...].filter { $0.seq <= seq && $0.everSent && $0.sentTo == receiver }.map(\.seq)
+        }
+        guard onConnection > 0 || !earlier.isEmpty else { return 0 }
+        var seqs = events[..<onConnection].map(\.seq)
+        events.removeFirst(onConnection)
+        sentCount -= onConnection
+        if !earlier.isEmpty {
+            let gone = Set(earlier)
+            let kept = events[sentCount...].filter { !gone.contains($0.seq) }
+            events.removeSubrange(sentCount...)
+            events.append(contentsOf: kept)
+            seqs = (seqs + earlier).sorted()
+        }
         let last = seqs[seqs.count - 1]
         // Cumulative where that is exact: no event at or below it stays.
         let below = events.contains { $0.seq <= last }
         changes.append(below ? .acknowledgedEach(seqs) : .acknowledged(upTo: last))
-        return acknowledged
+        return seqs.count
     }
 
     /// The connection is gone: whatever was sent and not acknowledged goes again.
@@ -374,6 +418,14 @@ public struct EventQueue: Sendable {
         }
         sentCount = 0
         highestSent = 0
+        receiver = nil
+    }
+
+    /// A new connection, from `process` when known: everything unacknowledged
+    /// goes again (`rewind`), and what is sent is recorded as sent to it.
+    public mutating func connect(from process: ProcessIdentity?) {
+        rewind()
+        receiver = process
     }
 }
 
@@ -381,8 +433,8 @@ public struct EventQueue: Sendable {
 public enum QueueChange: Sendable, Equatable {
     case enqueued(QueuedEvent)
     case merged(seq: UInt64, offset: Int, bytes: [UInt8])
-    case sent(upTo: UInt64)
-    case sentEach([UInt64])
+    case sent(upTo: UInt64, to: ProcessIdentity?)
+    case sentEach([UInt64], to: ProcessIdentity?)
     case acknowledged(upTo: UInt64)
     case acknowledgedEach([UInt64])
     case renumbered(UInt64, to: UInt64)
@@ -393,8 +445,8 @@ public enum QueueChange: Sendable, Equatable {
         switch self {
         case let .enqueued(event): .enqueued(app: app, event: event)
         case let .merged(seq, offset, bytes): .merged(app: app, seq: seq, offset: offset, bytes: bytes)
-        case let .sent(seq): .sent(app: app, upTo: seq)
-        case let .sentEach(seqs): .sentEach(app: app, seqs: seqs)
+        case let .sent(seq, process): .sent(app: app, upTo: seq, to: process)
+        case let .sentEach(seqs, process): .sentEach(app: app, seqs: seqs, to: process)
         case let .acknowledged(seq): .acknowledged(app: app, upTo: seq)
         case let .acknowledgedEach(seqs): .acknowledgedEach(app: app, seqs: seqs)
         case let .renumbered(old, new): .renumbered(app: app, seq: old, to: new)

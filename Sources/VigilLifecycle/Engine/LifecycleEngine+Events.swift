@@ -167,21 +167,27 @@ extension LifecycleEngine {
     }
 
     /// The app acknowledged every event up to `seq`.
-    /// Only events sent on the current connection are acknowledged (see
-    /// `EventQueue.acknowledge`); an `ack` that covers none of them but names
-    /// an event an earlier connection was sent (a process that finishes, on
-    /// its new connection, an event it got before a daemon restart, ahead of
-    /// its redelivery) is ignored and logged: the event comes again, flagged.
+    /// Acknowledged are the events this process was sent with a seq up to
+    /// `seq`: on this connection, or on an earlier one of the same process
+    /// (same pid and start time; e.g. before a daemon restart, ahead of their
+    /// redelivery), see `EventQueue.acknowledge`. An `ack` that covers none
+    /// of them but names an event another process was sent (or one sent
+    /// when the receiver was not recorded) is refused and logged: the event
+    /// comes again, flagged `redelivered`.
     public func acknowledge(_ id: String, upTo seq: UInt64, now: UInt64) {
         var ignored: QueuedEvent?
+        var receiver: ProcessIdentity?
         update(id) {
             if $0.queue.acknowledge(upTo: seq) == 0 {
                 ignored = $0.queue.unsent.first { $0.seq <= seq && $0.everSent }
+                receiver = $0.queue.receiver
             }
             $0.queue.appendOverflowReportIfPossible()
         }
         if let ignored {
-            decide(id, .refuse, "ack up to seq \(seq) ignored: seq \(ignored.seq) ('\(ignored.kind)') was sent to an earlier connection and not yet again on this one; it comes again, redelivered")
+            let sentTo = ignored.sentTo.map { "another process (\($0))" } ?? "a process not recorded"
+            let this = receiver.map { "this one (\($0))" } ?? "this connection's, whose process is not known"
+            decide(id, .refuse, "ack up to seq \(seq) refused: seq \(ignored.seq) ('\(ignored.kind)') was sent to \(sentTo), not \(this), and not yet again on this connection; it comes again, redelivered")
         }
         flush(id)
         suspendIfDone(id, now: now, trigger: "finished processing and acknowledged its last event")

@@ -181,11 +181,16 @@ public final class LifecycleEngine {
 
     /// An app's process connected and was identified (after `identified`, if
     /// the caller sent the welcome first). Returns what the welcome says.
+    /// `process` is the connecting process when known: events sent on this
+    /// connection are recorded as sent to it, and it may acknowledge what it
+    /// was sent on an earlier one (`EventQueue.acknowledge`).
     @discardableResult
-    public func connected(_ id: String, now: UInt64) -> (state: AppState, launch: LaunchOptions?, deadline: UInt64?)? {
+    public func connected(
+        _ id: String, now: UInt64, process: ProcessIdentity? = nil
+    ) -> (state: AppState, launch: LaunchOptions?, deadline: UInt64?)? {
         guard let welcome = identified(id, now: now), var app = apps[id] else { return nil }
         app.connected = true
-        app.queue.rewind()
+        app.queue.connect(from: process)
         store(id, app)
         if !app.launchNotified {
             update(id) { $0.launchNotified = true }
