@@ -24,7 +24,8 @@ import unittest
 
 import mqtt_broker
 from fault_harness import VIGILD, app_info, read_jsonl, wait_for
-from test_mqtt import APP, EXPORT, PUSH, MQTTTests
+import test_mqtt
+from test_mqtt import APP, EXPORT, PUSH
 
 STEP = 60.0
 OUTBOX_POINTS = [(name, moment, hit) for name, hit in (("mqtt.outbox.append", 2), ("mqtt.outbox.remove", 1))
@@ -37,16 +38,17 @@ HELD_POINTS = [(name, moment, hit) for name, hit in (("mqtt.held.append", 2), ("
 @unittest.skipUnless(os.access(VIGILD, os.X_OK), f"vigild is not built at {VIGILD}")
 @unittest.skipUnless(mqtt_broker.available(), "mosquitto and mosquitto-clients are not installed (scripts/setup)")
 class MQTTCrashPointTests(unittest.TestCase):
-    # The broker, vigild and app set-up of test_mqtt.py.
-    setUp = MQTTTests.setUp
-    start = MQTTTests.start
-    start_daemon = MQTTTests.start_daemon
-    daemon_output = MQTTTests.daemon_output
-    wait_connected = MQTTTests.wait_connected
-    events = MQTTTests.events
-    received_payloads = MQTTTests.received_payloads
-    publish_marker = MQTTTests.publish_marker
-    assert_only_qos1_duplicates = MQTTTests.assert_only_qos1_duplicates
+    # The broker, vigild and app set-up of test_mqtt.py: its methods only (the
+    # class bound to a name of this module would run its tests here too).
+    setUp = test_mqtt.MQTTTests.setUp
+    start = test_mqtt.MQTTTests.start
+    start_daemon = test_mqtt.MQTTTests.start_daemon
+    daemon_output = test_mqtt.MQTTTests.daemon_output
+    wait_connected = test_mqtt.MQTTTests.wait_connected
+    events = test_mqtt.MQTTTests.events
+    received_payloads = test_mqtt.MQTTTests.received_payloads
+    publish_marker = test_mqtt.MQTTTests.publish_marker
+    assert_only_qos1_duplicates = test_mqtt.MQTTTests.assert_only_qos1_duplicates
 
     def armed(self, point, **start):
         """`start` with vigild armed at `point` (only the first daemon)."""
