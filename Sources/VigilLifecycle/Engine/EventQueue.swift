@@ -126,9 +126,10 @@ public struct QueuedEvent: Sendable, Equatable, Codable {
 /// sent on the same connection is given a new seq (`renumbered`, with the
 /// rest of its source's waiting events): the seqs a connection sees always
 /// increase, so "acknowledge up to seq" keeps its meaning, and never covers
-/// an event the connection was not sent. A new connection starts again from
-/// the first unacknowledged event, which is how a crash mid-processing is
-/// redelivered.
+/// an event the acknowledging process was not sent (on this connection, or
+/// with that seq on an earlier one of the same process: `sentTo`). A new
+/// connection starts again from the first unacknowledged event, which is
+/// how a crash mid-processing is redelivered.
 public struct EventQueue: Sendable {
     public private(set) var events: [QueuedEvent] = []
     public private(set) var sentCount = 0
