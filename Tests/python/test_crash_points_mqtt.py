@@ -67,7 +67,10 @@ class MQTTCrashPointTests(unittest.TestCase):
         lines = []
         for name, moment, hit in OUTBOX_POINTS:
             with self.subTest(point=f"{name}:{moment}:{hit}"):
-                lines.append(self.run_outbox_point(f"{name}:{moment}:{hit}"))
+                try:
+                    lines.append(self.run_outbox_point(f"{name}:{moment}:{hit}"))
+                finally:
+                    self.doCleanups()  # this point's broker, daemon and folder, failed or not
         print("\nMQTT outbox crash points (exports published, reached the subscriber, lost, duplicates)")
         for line in lines:
             print("  " + line)
@@ -91,14 +94,16 @@ class MQTTCrashPointTests(unittest.TestCase):
         self.assertEqual(list(dict.fromkeys(exported)), expected, f"{point}: in order, nothing lost")
         outbox = os.path.join(self.daemon.root, "state", "mqtt", "outbox")
         self.assertTrue(wait_for(lambda: not os.listdir(outbox), 30), f"{point}: the outbox empties")
-        self.doCleanups()
         return f"{point:28} published {count}, reached {len(set(exported))}, lost 0, duplicates {len(exported) - count}"
 
     def test_held_points(self):
         lines = []
         for name, moment, hit in HELD_POINTS:
             with self.subTest(point=f"{name}:{moment}:{hit}"):
-                lines.append(self.run_held_point(f"{name}:{moment}:{hit}"))
+                try:
+                    lines.append(self.run_held_point(f"{name}:{moment}:{hit}"))
+                finally:
+                    self.doCleanups()  # this point's broker, daemon and folder, failed or not
         print("\nMQTT held-spool and store crash points (pushed, received by the app, lost, copies)")
         for line in lines:
             print("  " + line)
@@ -131,7 +136,6 @@ class MQTTCrashPointTests(unittest.TestCase):
         store = os.path.join(self.daemon.root, "state", "mqtt", "held")
         self.assertTrue(wait_for(lambda: not os.listdir(store), 30), f"{point}: the held spool empties")
         copies = len(self.events())
-        self.doCleanups()
         return f"{point:28} pushed {len(sent)}, received {len(set(first_seen))}, lost 0, copies {copies}"
 
 

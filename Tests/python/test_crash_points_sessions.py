@@ -52,7 +52,10 @@ class SessionCrashPointTests(unittest.TestCase):
         lines = []
         for name, moment, hit in POINTS:
             with self.subTest(point=f"{name}:{moment}:{hit}"):
-                lines.append(self.run_point(f"{name}:{moment}:{hit}"))
+                try:
+                    lines.append(self.run_point(f"{name}:{moment}:{hit}"))
+                finally:
+                    self.doCleanups()  # this point's broker, daemon and folder, failed or not
         print("\nsession crash points (point: records fed, stored, lost, reported lost, redelivered copies, "
               "unflagged duplicates, seqs reused, app processes)")
         for line in lines:
@@ -115,7 +118,6 @@ class SessionCrashPointTests(unittest.TestCase):
         self.assertEqual(figures["duplicated"], 0, context())
         self.assertEqual(figures["reordered"], 0, context())
         self.assertEqual(figures["corrupt"], 0, context())
-        self.doCleanups()
         return line
 
 
