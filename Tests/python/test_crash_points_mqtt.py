@@ -87,9 +87,12 @@ class MQTTCrashPointTests(unittest.TestCase):
         self.crashed(point)
         self.control.close()
         self.start_daemon()
+        # Adopted, the app is in the background and soon suspended: it publishes the rest in the foreground.
+        self.control.app_action("foreground", APP)
         expected = [str(i) for i in range(count)]
         self.assertTrue(wait_for(lambda: set(subscriber.payloads()) >= set(expected), STEP),
-                        f"{point}: got {subscriber.payloads()}\n" + self.daemon.log_tail())
+                        f"{point}: got {subscriber.payloads()}\n" + self.daemon.log_tail()
+                        + "\n--- app\n" + "\n".join(map(str, read_jsonl(self.record)[-12:])))
         exported = [p for p in subscriber.payloads() if p != "marker"]
         self.assertEqual(list(dict.fromkeys(exported)), expected, f"{point}: in order, nothing lost")
         outbox = os.path.join(self.daemon.root, "state", "mqtt", "outbox")
