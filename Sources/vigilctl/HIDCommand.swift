@@ -58,6 +58,11 @@ struct AccessoryHID: AsyncParsableCommand {
         return (id, length)
     }
 
+    /// One line on stdout, unbuffered: a rig reads each as it comes.
+    static func emit(_ line: String) {
+        StandardStreams.writeOut(Array((line + "\n").utf8))
+    }
+
     static func hex(_ bytes: [UInt8]) -> String {
         bytes.map { String(format: "%02x", $0) }.joined()
     }
@@ -76,27 +81,25 @@ struct AccessoryHID: AsyncParsableCommand {
             SessionTerminal.fail("accessory \(connectionID) is not a HID device: use `vigilctl accessory open`")
         }
         if descriptor {
-            print("descriptor \(Self.hex(try await client.hidReportDescriptor(session: session.id)))")
+            Self.emit("descriptor \(Self.hex(try await client.hidReportDescriptor(session: session.id)))")
         }
         for value in setFeature {
             try await client.setHIDFeatureReport(try Self.bytes(value), session: session.id)
         }
         for value in getFeature {
             let (id, length) = try Self.featureRequest(value)
-            print("feature \(Self.hex(try await client.hidFeatureReport(session: session.id, id: id, length: length)))")
+            Self.emit("feature \(Self.hex(try await client.hidFeatureReport(session: session.id, id: id, length: length)))")
         }
         for value in output {
             try await client.write(try Self.bytes(value), session: session.id)
         }
-        fflush(stdout)
         var remaining = reports
         if remaining != 0 {
             reading: for await item in session.output {
                 switch item {
                 case let .data(bytes):
                     for report in try SessionRecords.split(bytes) {
-                        print("report \(Self.hex(report))")
-                        fflush(stdout)
+                        Self.emit("report \(Self.hex(report))")
                         remaining -= 1
                         if remaining == 0 { break reading }
                     }
