@@ -15,15 +15,19 @@ usbhid and hidraw on the host side; issue 29, lab tier):
    GET_REPORT with zeros of the report length); `accessory open` refuses it;
 4. unplug: the app's session closes with willReopen; replug: reopened, and
    reports flow again.
-5. throughput: the same count of reports through vigild to an awake app,
-   against a direct hidraw reader in the same boot (ratio printed).
+
+HID has no flow control: the host polls the gadget whatever its readers do,
+and hidraw queues 64 reports per open file, dropping the newest beyond
+that. dummy_hcd under TCG sends far faster than any real sensor, so the
+gadget sends in bursts of 32 and waits for vigild to have read them
+(`bytesIn`) before the next: the test proves vigild keeps every report
+whole while the app is frozen, not that a reader can outrun the kernel.
 """
-# lab-timeout: 300
+# lab-timeout: 600
 import os
 import struct
 import subprocess
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -150,11 +154,19 @@ class HIDGadget:
             pass
 
 
-def send_reports(gadget: HIDGadget, start: int, count: int) -> None:
-    # Blocking writes: f_hid takes one report per interrupt IN transfer.
+BURST = 32
+
+
+def send_reports(gadget: HIDGadget, start: int, count: int, read_so_far=None) -> None:
+    """Blocking writes (f_hid takes one report per interrupt IN transfer), in
+    bursts of BURST, each waited on until `read_so_far()` (reports the host
+    side has read) caught up: hidraw's 64-report queue never overflows."""
     os.set_blocking(gadget.fd, True)
     for i in range(start, start + count):
         gadget.send(report(i))
+        sent = i - start + 1
+        if read_so_far is not None and (sent % BURST == 0 or sent == count):
+            lab.wait_for(lambda: read_so_far() >= sent, 60, f"the host side to read {sent} reports")
 
 
 lab.udev_up()
@@ -184,24 +196,6 @@ try:
     if st.st_mode & 0o777 != 0o660:
         raise LabError(f"{hid['deviceNode']} has mode {st.st_mode & 0o777:o}, want 660 (the shipped rules' tail)")
     connection = hid["connectionID"]
-    # The baseline for part 5: a direct reader of the node, before vigild holds it open.
-    N = 2000
-    direct = os.open(hid["deviceNode"], os.O_RDONLY)
-    got = []
-
-    def reader() -> None:
-        while len(got) < N:
-            got.append(os.read(direct, 64))
-
-    thread = threading.Thread(target=reader, daemon=True)
-    t0 = time.monotonic()
-    thread.start()
-    send_reports(gadget, 0, N)
-    thread.join(120)
-    direct_seconds = time.monotonic() - t0
-    os.close(direct)
-    if got != [report(i) for i in range(N)]:
-        raise LabError(f"the direct reader got {len(got)} of {N} reports, or other ones")
     log(f"1. HID accessory listed: {hid}")
 
     # ------------------------------------------ 2. reports to a frozen app ----
@@ -211,7 +205,7 @@ try:
     ctl.app_action("background", APP)
     daemon.wait_state(APP, "suspended")
     wakes_before = len(daemon.decisions(APP, "wake"))
-    COUNT = 2000
+    COUNT = 1000
     log(f"app frozen with session {session}; the gadget sends {COUNT} reports")
 
     def reports_of(session_id: int) -> list[bytes]:
@@ -237,8 +231,14 @@ try:
             return len(got) == len(want)
         return check
 
+    def read_by_vigild(before: int = 0):
+        def count() -> int:
+            info = next((x for x in daemon.sessions() if x["session"] == session), None)
+            return (info["bytesIn"] // REPORT - before) if info else 0
+        return count
+
     t0 = time.monotonic()
-    send_reports(gadget, 0, COUNT)
+    send_reports(gadget, 0, COUNT, read_by_vigild())
     daemon.wait(all_arrived(0, COUNT), 120, f"all {COUNT} reports in the app, whole and in order")
     through_vigild = time.monotonic() - t0
     data_wakes = [d for d in daemon.decisions(APP, "wake")[wakes_before:] if "session.data" in d["reason"]]
@@ -247,28 +247,35 @@ try:
     info = next(s for s in daemon.sessions() if s["session"] == session)
     if info["bytesIn"] != COUNT * REPORT:
         raise LabError(f"session counters: {info}, want bytesIn={COUNT * REPORT}")
-    log(f"2. {COUNT} reports arrived whole and in order ({len(data_wakes)} data wake(s)) in {through_vigild:.1f} s")
+    log(f"2. {COUNT} reports arrived whole and in order ({len(data_wakes)} data wake(s)) in {through_vigild:.1f} s "
+        f"(bursts of {BURST}, each waited on)")
 
     # ------------------------------------------- 3. requests through vigilctl ----
     out_report = bytes(range(0x10, 0x18))
     feature = bytes(range(0xa0, 0xa8))
-    p = subprocess.run([acc.VIGILCTL, "accessory", "hid", str(connection), "--protocol", PROTOCOLS[1], "--descriptor",
-                        "--set-feature", "00" + feature.hex(), "--get-feature", f"0:{REPORT + 1}",
-                        "--output", "00" + out_report.hex(), "--socket", daemon.socket],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
-    if p.returncode != 0:
-        raise LabError(f"vigilctl accessory hid failed ({p.returncode}): {p.stderr.strip()}\n{daemon.log_tail()}")
-    lines = dict(line.split(" ", 1) for line in p.stdout.splitlines() if " " in line)
+
+    def vigilctl_hid(*args: str) -> dict:
+        p = subprocess.run([acc.VIGILCTL, "accessory", "hid", str(connection), "--protocol", PROTOCOLS[1], *args,
+                            "--socket", daemon.socket], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=60)
+        if p.returncode != 0:
+            raise LabError(f"vigilctl accessory hid {' '.join(args)} failed ({p.returncode}): {p.stderr.strip()}\n"
+                           f"{daemon.log_tail()}")
+        return dict(line.split(" ", 1) for line in p.stdout.splitlines() if " " in line)
+
+    # One SET_REPORT at a time: f_hid keeps only the last one until the gadget reads it.
+    lines = vigilctl_hid("--descriptor", "--set-feature", "00" + feature.hex(), "--get-feature", f"0:{REPORT + 1}")
     if bytes.fromhex(lines.get("descriptor", "")) != DESCRIPTOR:
         raise LabError(f"report descriptor {lines.get('descriptor')}, want {DESCRIPTOR.hex()}")
     got_feature = gadget.receive(20, "feature report")
     if got_feature != feature:
         raise LabError(f"the gadget got feature report {got_feature.hex()}, want {feature.hex()}")
+    if bytes.fromhex(lines.get("feature", "")) != bytes(REPORT + 1):
+        raise LabError(f"feature report read back {lines.get('feature')}, want {REPORT + 1} zero bytes (f_hid's answer)")
+    vigilctl_hid("--output", "00" + out_report.hex())
     got_output = gadget.receive(20, "output report")
     if got_output != out_report:
         raise LabError(f"the gadget got output report {got_output.hex()}, want {out_report.hex()}")
-    if bytes.fromhex(lines.get("feature", "")) != bytes(REPORT + 1):
-        raise LabError(f"feature report read back {lines.get('feature')}, want {REPORT + 1} zero bytes (f_hid's answer)")
     p = subprocess.run([acc.VIGILCTL, "accessory", "open", str(connection), "--protocol", PROTOCOLS[1],
                         "--socket", daemon.socket], stdin=subprocess.DEVNULL,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
@@ -283,24 +290,10 @@ try:
     gadget.plug()
     daemon.wait(lambda: [e for e in daemon.events(APP, "session.reopened") if e["attributes"].get("session") == session],
                 60, "session.reopened")
-    send_reports(gadget, COUNT, 10)
+    send_reports(gadget, COUNT, 10)  # fewer than hidraw's queue holds
     daemon.wait(all_arrived(0, COUNT + 10), 60, "10 more reports after the replug")
     log("4. unplug closed the session for reopening; replug reopened it and reports flow again")
 
-    # ------------------------------------------------------------ 5. throughput ----
-    # The app is awake for this part (foreground): vigild's path against a
-    # direct reader of the same hidraw node, same gadget, same boot.
-    ctl.app_action("foreground", APP)
-    daemon.wait_state(APP, "foreground")
-    before = len(reports_of(session))
-    t0 = time.monotonic()
-    send_reports(gadget, COUNT + 10, N)
-    daemon.wait(lambda: len(reports_of(session)) >= before + N, 120, f"{N} reports through vigild")
-    vigild_seconds = time.monotonic() - t0
-    log(f"5. throughput: {N} reports of {REPORT} bytes: through vigild to an awake app {vigild_seconds:.2f} s "
-        f"({N / vigild_seconds:.0f}/s), direct hidraw reader {direct_seconds:.2f} s ({N / direct_seconds:.0f}/s); "
-        f"ratio vigild/direct {vigild_seconds / direct_seconds:.2f}")
-    ctl.app_action("background", APP)
     log("PASS")
 finally:
     daemon.stop()
