@@ -13,7 +13,7 @@ import VigilStreams
 /// daemon killed before it is stored reports the possible loss.
 ///
 /// Back-pressure: HID has none. While vigild does not read, hidraw queues
-/// up to 64 reports per open file and then drops the oldest; the device
+/// up to 64 reports per open file and then drops new ones; the device
 /// goes on sending (the host polls its interrupt endpoint regardless). A
 /// session's buffer (`session-buffer-limit`) is what absorbs a suspended
 /// app's backlog; a full one is logged when reading pauses.
