@@ -130,6 +130,24 @@ struct HIDSessionTests {
         }
     }
 
+    @Test func aRecordSessionIsOneAgainAfterADaemonRestart() async throws {
+        try await withHIDSession(bufferLimit: 64 * 1024) { services, session, _ in
+            let restored = await services.run { services -> (saved: Bool, records: Bool) in
+                let streams = services.component(StreamSessions.self)!
+                streams.record(services: services)
+                // A new layer (a restarted daemon) reads sessions.json and takes the session back.
+                let next = StreamSessions()
+                try? next.start(restoring: DaemonSnapshot(apps: [:], bluetooth: nil), services: services)
+                guard let saved = next.takeSaved(transport: "socketpair").first else { return (false, false) }
+                _ = next.restore(saved, transport: services.component(SocketpairTransport.self)!, wakeMode: .externalAccessory,
+                                 services: services)
+                return (saved.details[StreamSessions.recordsKey] == .bool(true), next.session(session)?.records ?? false)
+            }
+            #expect(restored.saved)
+            #expect(restored.records)
+        }
+    }
+
     func eventually(_ services: FakeServices, _ condition: @escaping @Sendable (isolated FakeServices) -> Bool) async -> Bool {
         let deadline = MonotonicInstant.now().advanced(by: .seconds(5))
         while MonotonicInstant.now() < deadline {
