@@ -5,7 +5,7 @@
 //   C shims / system libraries  CVigilShim, CUdev (libudev), CDBus (libdbus-1),
 //                                CBluetooth (libbluetooth's headers), CPaho (Paho MQTT C, dlopen'd)
 //   typed system wrappers        VigilSystem (event loop, sockets, cgroups, spawn),
-//                                VigilUdev, VigilSerial, VigilDBus, VigilL2CAP, VigilMQTT
+//                                VigilUdev, VigilSerial, VigilHID, VigilDBus, VigilL2CAP, VigilMQTT
 //   wire format, TOML            VigilProtocol, VigilTOML
 //   domain                       VigilLifecycle (the lifecycle engine and the manifest it reads),
 //                                VigilStreams (session logs, holders: every byte transport's),
@@ -94,7 +94,7 @@ let package = Package(
         .target(
             name: "VigilDaemon",
             dependencies: [
-                "VigilSystem", "VigilProtocol", "VigilLifecycle", "VigilConfig", "VigilStreams", "VigilAccessories", "VigilUdev", "VigilSerial",
+                "VigilSystem", "VigilProtocol", "VigilLifecycle", "VigilConfig", "VigilStreams", "VigilAccessories", "VigilUdev", "VigilSerial", "VigilHID",
                 "VigilBluetooth", "VigilL2CAP", "VigilMQTT",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
@@ -174,6 +174,8 @@ let package = Package(
         .systemLibrary(name: "CUdev", pkgConfig: "libudev", providers: [.apt(["libudev-dev"])]),
         .target(name: "VigilUdev", dependencies: ["CUdev", "VigilSystem"], swiftSettings: strict),
         .target(name: "VigilSerial", dependencies: ["CVigilShim", "VigilSystem"], swiftSettings: strict),
+        // USB HID sensors: hidraw nodes (reports, feature reports, the report descriptor).
+        .target(name: "VigilHID", dependencies: ["CVigilShim", "VigilSystem"], swiftSettings: strict),
 
         // D-Bus: libdbus-1 (CDBus) driven by the EventLoop, with typed values,
         // calls, signals, exported objects and fd passing (VigilDBus).
@@ -225,7 +227,7 @@ let package = Package(
         .testTarget(
             name: "VigilDaemonTests",
             dependencies: ["VigilDaemon", "VigilConfig", "VigilStreams", "VigilLifecycle", "VigilProtocol", "VigilSystem",
-                           "VigilAccessories", "VigilSerial", .product(name: "Logging", package: "swift-log")],
+                           "VigilAccessories", "VigilSerial", "VigilHID", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict),
         .testTarget(name: "VigilSerialTests", dependencies: ["VigilSerial"], swiftSettings: strict),
         .testTarget(

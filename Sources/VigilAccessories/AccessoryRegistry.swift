@@ -74,7 +74,8 @@ public final class AccessoryRegistry {
             hardwareRevision: property("VIGIL_HARDWARE_REVISION") ?? "",
             protocolStrings: offered, deviceNode: device.devNode,
             vendorID: usb?.vendorID ?? "", productID: usb?.productID ?? "", sysPath: device.sysPath,
-            lineSettings: text(declaration.lineSettings) ?? property("VIGIL_SERIAL") ?? "115200 8N1")
+            lineSettings: device.kind == .hid ? "" : text(declaration.lineSettings) ?? property("VIGIL_SERIAL") ?? "115200 8N1",
+            kind: device.kind.rawValue)
         let accessory = Accessory(info: info, identity: AccessoryIdentity(device), refusedProtocols: refused)
         if connected.values.contains(where: { $0.identity == accessory.identity }),
            sharedIdentities.count < Self.sharedIdentityLimit {
@@ -141,6 +142,7 @@ public final class AccessoryRegistry {
     }
 
     private func matches(_ rule: AccessoryRule, _ device: DeviceObservation) -> Bool {
+        if rule.kind != device.kind.rawValue { return false }
         if let byID = rule.byID, !device.devLinks.contains(byID) { return false }
         if let vendor = rule.vendorID, device.usb?.vendorID != vendor { return false }
         if let product = rule.productID, device.usb?.productID != product { return false }

@@ -5,18 +5,32 @@ import VigilProtocol
 public struct DeviceObservation: Sendable, Equatable {
     public var sysPath: String
     public var devNode: String
+    /// A tty or a hidraw node.
+    public var kind: DeviceKind
     /// udev properties: ID_VENDOR_ID, ID_SERIAL_SHORT, VIGIL_PROTOCOLS, …
     public var properties: [String: String]
     public var devLinks: [String]
     public var usb: USBIdentity?
 
-    public init(sysPath: String, devNode: String, properties: [String: String] = [:], devLinks: [String] = [], usb: USBIdentity? = nil) {
+    public init(
+        sysPath: String, devNode: String, kind: DeviceKind = .serial, properties: [String: String] = [:], devLinks: [String] = [],
+        usb: USBIdentity? = nil
+    ) {
         self.sysPath = sysPath
+        self.kind = kind
         self.devNode = devNode
         self.properties = properties
         self.devLinks = devLinks
         self.usb = usb
     }
+}
+
+/// Which kind of device node an accessory is.
+public enum DeviceKind: String, Sendable, Hashable {
+    /// A tty (udev subsystem `tty`): a byte stream with line settings.
+    case serial
+    /// A hidraw node (udev subsystem `hidraw`): input, output and feature reports.
+    case hid
 }
 
 /// The USB device a serial node belongs to, from its descriptors.
@@ -54,14 +68,18 @@ public struct AccessoryIdentity: Sendable, Hashable, Codable, CustomStringConver
         } else {
             key = "node:" + observation.sysPath
         }
+        // A device with a serial and a HID interface is two accessories, one identity each.
+        if observation.kind == .hid { key = "hid:" + key }
     }
 
     public var description: String { key }
 
-    /// ".../usb1/1-1/1-1:1.0/tty/ttyACM0" → "1-1".
+    /// ".../usb1/1-1/1-1:1.0/tty/ttyACM0" → "1-1";
+    /// ".../usb1/1-1/1-1:1.0/0003:1209:0002.0001/hidraw/hidraw0" → "1-1".
     static func usbPortPath(_ sysPath: String) -> String {
         let parts = sysPath.split(separator: "/")
-        guard let tty = parts.lastIndex(of: "tty"), tty >= 2 else { return sysPath }
-        return String(parts[tty - 2])
+        if let tty = parts.lastIndex(of: "tty"), tty >= 2 { return String(parts[tty - 2]) }
+        if let hidraw = parts.lastIndex(of: "hidraw"), hidraw >= 3 { return String(parts[hidraw - 3]) }
+        return sysPath
     }
 }

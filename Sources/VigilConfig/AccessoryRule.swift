@@ -13,7 +13,11 @@ import VigilProtocol
 /// protocols = ["org.example.sensor"]
 /// line-settings = "115200 8N1 rtscts"
 /// name = "Example sensor"       # optional, overrides the USB product string
+/// kind = "hid"                  # optional: "serial" (a tty, the default) or "hid" (a hidraw node)
 /// ```
+///
+/// A rule matches one kind of node: a USB device with both a serial and a
+/// HID interface (same ids) needs a rule for each it offers.
 public struct AccessoryRule: Sendable, Equatable {
     public var vendorID: String?
     public var productID: String?
@@ -22,11 +26,16 @@ public struct AccessoryRule: Sendable, Equatable {
     public var protocols: [String]
     public var lineSettings: String?
     public var name: String?
+    /// `"serial"` or `"hid"`: which kind of device node the rule matches.
+    public var kind: String
+
+    public static let kinds = ["serial", "hid"]
 
     public init(
         vendorID: String? = nil, productID: String? = nil, serialNumber: String? = nil, byID: String? = nil,
-        protocols: [String], lineSettings: String? = nil, name: String? = nil
+        protocols: [String], lineSettings: String? = nil, name: String? = nil, kind: String = "serial"
     ) {
+        self.kind = kind
         self.vendorID = vendorID
         self.productID = productID
         self.serialNumber = serialNumber
@@ -37,7 +46,7 @@ public struct AccessoryRule: Sendable, Equatable {
     }
 
     static let knownFields: Set<String> = [
-        "vendor-id", "product-id", "serial-number", "by-id", "protocols", "line-settings", "name",
+        "vendor-id", "product-id", "serial-number", "by-id", "protocols", "line-settings", "name", "kind",
     ]
 
     static func parse(_ fields: TOMLFields) throws(ManifestProblem) -> AccessoryRule {
@@ -54,7 +63,13 @@ public struct AccessoryRule: Sendable, Equatable {
             vendorID: try hexID("vendor-id"), productID: try hexID("product-id"),
             serialNumber: try fields.string("serial-number"), byID: try fields.string("by-id"),
             protocols: try fields.stringArray("protocols") ?? [], lineSettings: try fields.string("line-settings"),
-            name: try fields.string("name"))
+            name: try fields.string("name"), kind: try fields.string("kind") ?? "serial")
+        guard Self.kinds.contains(rule.kind) else {
+            throw fields.problem("kind", "'\(rule.kind)' is not a kind of accessory (\(Self.kinds.joined(separator: " or ")))")
+        }
+        if rule.kind == "hid", rule.lineSettings != nil {
+            throw fields.problem("line-settings", "a HID accessory has no line settings")
+        }
         guard rule.vendorID != nil || rule.byID != nil else {
             throw fields.problem("vendor-id", "a rule needs vendor-id (and product-id) or by-id")
         }

@@ -96,6 +96,43 @@ public final class AccessorySession: Sendable {
         }
     }
 
+    // MARK: HID accessories (docs/protocol.md, "HID accessories")
+
+    /// The input reports of a HID accessory's session, each whole and in
+    /// order (report id first when the device numbers its reports): its
+    /// `.data` items split into records (`SessionRecords`). A report is
+    /// acknowledged with the rest of its chunk, once the loop asks for the
+    /// report after the chunk's last.
+    ///
+    /// ```swift
+    /// for await report in session.reports { try handle(report) }
+    /// ```
+    public var reports: Reports { Reports(events: incoming) }
+
+    /// Sends one output report (report id first; 0 when the device has
+    /// none): a `write` of the session, whole.
+    public func sendOutputReport(_ report: [UInt8]) async throws {
+        guard report.count <= Self.writeChunk else { throw ProtocolError(.invalidArgument, "an output report of \(report.count) bytes") }
+        try await write(report)
+    }
+
+    /// Reads feature report `id` with room for `length` bytes (the report
+    /// id byte included); the report as the device gave it, its id first.
+    public func featureReport(id: UInt8, length: Int) async throws -> [UInt8] {
+        try await session.requestWithBody(
+            GetHIDFeatureReport(session: self.id, reportID: Int(id), length: length), expecting: HIDReportReply.self).body
+    }
+
+    /// Sends a feature report (its id first).
+    public func setFeatureReport(_ report: [UInt8]) async throws {
+        _ = try await session.request(SetHIDFeatureReport(session: id), body: report, expecting: HIDReportReply.self)
+    }
+
+    /// The device's HID report descriptor.
+    public func reportDescriptor() async throws -> [UInt8] {
+        try await session.requestWithBody(GetHIDReportDescriptor(session: id), expecting: HIDReportReply.self).body
+    }
+
     // MARK: Serial line control (docs/protocol.md, "Serial line control")
 
     /// The modem lines now. Throws `notSupported` where the driver has none (a pty).
@@ -189,6 +226,37 @@ extension AccessorySession {
                     if case let .data(bytes) = event { return bytes }
                 }
                 return nil
+            }
+        }
+    }
+
+    /// `incoming`'s data as whole records: a HID session's input reports.
+    /// Data that is not whole records (a serial session's bytes) ends it.
+    public struct Reports: AsyncSequence, Sendable {
+        public typealias Element = [UInt8]
+        public typealias Failure = Never
+
+        let events: AcknowledgingStream<Event>
+
+        public func makeAsyncIterator() -> Iterator { Iterator(base: events.makeAsyncIterator()) }
+
+        public struct Iterator: AsyncIteratorProtocol {
+            var base: AcknowledgingStream<Event>.Iterator
+            /// The reports of the current chunk not yet returned (reversed: the next is last).
+            var pending: [[UInt8]] = []
+
+            public mutating func next() async -> [UInt8]? {
+                await next(isolation: nil)
+            }
+
+            public mutating func next(isolation actor: isolated (any Actor)?) async -> [UInt8]? {
+                while pending.isEmpty {
+                    guard let event = await base.next(isolation: actor) else { return nil }
+                    guard case let .data(bytes) = event else { continue }
+                    guard let records = try? SessionRecords.split(bytes) else { return nil }
+                    pending = records.reversed()
+                }
+                return pending.removeLast()
             }
         }
     }

@@ -55,6 +55,22 @@ extension ControlClient {
         }
     }
 
+    /// A HID session's report descriptor.
+    public func hidReportDescriptor(session: Int) async throws -> [UInt8] {
+        try await connection.requestWithBody(GetHIDReportDescriptor(session: session), expecting: HIDReportReply.self).body
+    }
+
+    /// Reads feature report `id` of a HID session (room for `length` bytes, the id included).
+    public func hidFeatureReport(session: Int, id: UInt8, length: Int) async throws -> [UInt8] {
+        try await connection.requestWithBody(
+            GetHIDFeatureReport(session: session, reportID: Int(id), length: length), expecting: HIDReportReply.self).body
+    }
+
+    /// Sends a feature report (its id first) on a HID session.
+    public func setHIDFeatureReport(_ report: [UInt8], session: Int) async throws {
+        _ = try await connection.request(SetHIDFeatureReport(session: session), body: report, expecting: HIDReportReply.self)
+    }
+
     /// Sets DTR and/or RTS of a session (nil leaves a line as it is) and reads every line.
     @discardableResult
     public func sessionLines(_ session: Int, dtr: Bool? = nil, rts: Bool? = nil) async throws -> SessionLines {

@@ -19,12 +19,23 @@ public struct AccessoryInfo: Sendable, Codable, Equatable {
     public var sysPath: String
     /// Line settings sessions use unless they ask otherwise, e.g. "115200 8N1 rtscts".
     public var lineSettings: String
+    /// What the device node is: `"serial"` (a tty) or `"hid"` (a hidraw node,
+    /// whose sessions carry whole reports: `SessionRecords`). Absent from
+    /// older daemons, whose accessories are all serial.
+    public var kind: String?
+
+    public static let serialKind = "serial"
+    public static let hidKind = "hid"
+
+    /// A hidraw accessory: its sessions are record sessions of input reports.
+    public var isHID: Bool { kind == Self.hidKind }
 
     public init(
         connectionID: UInt64, name: String, manufacturer: String, modelNumber: String, serialNumber: String,
         firmwareRevision: String, hardwareRevision: String, protocolStrings: [String], deviceNode: String,
-        vendorID: String, productID: String, sysPath: String, lineSettings: String
+        vendorID: String, productID: String, sysPath: String, lineSettings: String, kind: String? = nil
     ) {
+        self.kind = kind
         self.connectionID = connectionID
         self.name = name
         self.manufacturer = manufacturer

@@ -62,6 +62,12 @@ public final class SessionLog {
 
     public func clearInterruptedRead() { SessionLogLayout.store(0, .readInProgress, to: file.base) }
 
+    /// Marks a read in progress that does not go straight into the ring (a
+    /// record read into the endpoint's buffer first, `appendRecord`ed once it
+    /// fits): a daemon killed before it is in the log leaves the mark, and
+    /// the next daemon reports the possible loss. Cleared with `clearInterruptedRead`.
+    public func markReadInProgress() { SessionLogLayout.store(written + 1, .readInProgress, to: file.base) }
+
     /// Reads from `read` straight into the ring's free space (contiguous, up
     /// to `limit` bytes) and counts what it gave. `read` returns a byte count,
     /// or nil for none (would block, end of file, failure: the caller's to
@@ -90,6 +96,53 @@ public final class SessionLog {
         }
         clearInterruptedRead()
         return count
+    }
+
+    /// Appends one record (`SessionRecords`: its length, then its bytes) whole
+    /// or not at all: false when the ring has no room for all of it now.
+    /// `written` moves once, after every byte is in place (two pieces where
+    /// the ring wraps), so a daemon killed in between leaves no torn record.
+    public func appendRecord(_ record: UnsafeRawBufferPointer) -> Bool {
+        precondition(record.count <= SessionRecords.maxLength, "a record longer than \(SessionRecords.maxLength) bytes")
+        let total = SessionRecords.headerSize + record.count
+        guard capacity - buffered >= total else { return false }
+        let written = self.written
+        let header = [UInt8(record.count & 0xff), UInt8(record.count >> 8)]
+        var offset = written
+        header.withUnsafeBytes { copyIn($0, at: &offset) }
+        copyIn(record, at: &offset)
+        SessionLogLayout.store(written + UInt64(total), .written, to: file.base)
+        return true
+    }
+
+    /// Copies `bytes` into the ring at stream offset `offset` (wrapping), and moves `offset` past them.
+    private func copyIn(_ bytes: UnsafeRawBufferPointer, at offset: inout UInt64) {
+        var done = 0
+        while done < bytes.count {
+            let start = Int(offset % UInt64(capacity))
+            let count = min(capacity - start, bytes.count - done)
+            (file.base + SessionLogLayout.headerSize + start).copyMemory(from: bytes.baseAddress! + done, byteCount: count)
+            done += count
+            offset += UInt64(count)
+        }
+    }
+
+    /// In a log of records: the end of the last whole record that starts at or
+    /// after `offset` and ends within `limit` bytes of it, or, when even the
+    /// first record is longer than `limit`, that first record's end (a record
+    /// is never cut). `offset` must be a record's start.
+    public func recordsEnd(from offset: UInt64, limit: Int) -> UInt64 {
+        var end = offset
+        let written = self.written
+        while end + UInt64(SessionRecords.headerSize) <= written {
+            let header = SessionLogLayout.copy(from: file.base, offset: end, length: SessionRecords.headerSize)
+            let next = end + UInt64(SessionRecords.headerSize) + UInt64(Int(header[0]) | Int(header[1]) << 8)
+            guard next <= written else { break }
+            if next - offset > UInt64(limit), end > offset { break }
+            end = next
+            if end - offset >= UInt64(limit) { break }
+        }
+        return end
     }
 
     /// Copies out a range that was written and not yet acknowledged.

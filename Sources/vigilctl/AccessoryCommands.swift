@@ -56,6 +56,6 @@ struct AccessoriesWatch: AsyncParsableCommand {
 struct Accessory: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Work with one accessory.",
-        subcommands: [AccessoryOpen.self]
+        subcommands: [AccessoryOpen.self, AccessoryHID.self]
     )
 }

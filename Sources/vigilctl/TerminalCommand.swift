@@ -69,6 +69,10 @@ struct AccessoryOpen: AsyncParsableCommand {
         let lineSettings = effectiveLineSettings
         let session = try await client.openSession(connectionID: connectionID, protocol: protocolString, lineSettings: lineSettings)
         let accessory = session.accessory
+        if accessory.isHID {
+            try? await client.closeSession(session.id)
+            SessionTerminal.fail("accessory \(connectionID) is a HID device: its data are reports, use `vigilctl accessory hid`")
+        }
         if let resetPulse {
             try await client.sessionLines(session.id, dtr: false, rts: false)
             try await Task.sleep(for: .milliseconds(resetPulse))

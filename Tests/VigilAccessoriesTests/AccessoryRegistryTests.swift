@@ -231,3 +231,37 @@ struct UntrustedDeviceTextTests {
         #expect(!chosen.contains { $0.id == newer.id })
     }
 }
+
+extension AccessoryRegistryTests {
+    static func hidSensor(port: String = "1-1", properties: [String: String] = ["VIGIL_ACCESSORY": "1", "VIGIL_PROTOCOLS": "org.example.co2"]) -> DeviceObservation {
+        DeviceObservation(
+            sysPath: "/sys/devices/platform/dummy_hcd.0/usb1/\(port)/\(port):1.1/0003:1209:0001.0001/hidraw/hidraw0",
+            devNode: "/dev/hidraw0", kind: .hid, properties: properties, usb: sensorUSB)
+    }
+
+    @Test func aHidrawNodeIsAHIDAccessoryWithItsOwnIdentityAndNoLineSettings() throws {
+        let registry = AccessoryRegistry(rules: [])
+        let serial = try #require(registry.added(Self.sensor()))
+        let hid = try #require(registry.added(Self.hidSensor()))
+        #expect(hid.info.kind == "hid" && hid.info.isHID)
+        #expect(serial.info.kind == "serial" && !serial.info.isHID)
+        #expect(hid.info.lineSettings == "")
+        #expect(hid.info.protocolStrings == ["org.example.co2"])
+        #expect(hid.info.serialNumber == "VGL123" && hid.info.vendorID == "1209")
+        // One USB device with a serial and a HID interface: two accessories, neither shares the other's identity.
+        #expect(hid.identity != serial.identity)
+        #expect(registry.sharingIdentity(with: hid).isEmpty)
+        var noSerial = Self.hidSensor(port: "1-3")
+        noSerial.usb?.serialNumber = nil
+        #expect(try #require(AccessoryRegistry(rules: []).added(noSerial)).identity.key == "hid:usb:1209:0001:port:1-3")
+    }
+
+    @Test func configRulesMatchOneKindOfNode() {
+        let serialRule = AccessoryRule(vendorID: "1209", productID: "0001", protocols: ["org.example.sensor"])
+        #expect(AccessoryRegistry(rules: [serialRule]).added(Self.hidSensor(properties: [:])) == nil)
+        let hidRule = AccessoryRule(vendorID: "1209", productID: "0001", protocols: ["org.example.co2"], kind: "hid")
+        let registry = AccessoryRegistry(rules: [hidRule])
+        #expect(registry.added(Self.sensor(properties: [:])) == nil)
+        #expect(registry.added(Self.hidSensor(properties: [:]))?.info.protocolStrings == ["org.example.co2"])
+    }
+}

@@ -190,6 +190,25 @@ struct DaemonConfigTests {
         #expect(problem.message.contains(message), "\(problem)")
     }
 
+    @Test func anAccessoryRuleNamesTheKindOfNodeItMatches() throws {
+        let config = try DaemonConfig.parse("""
+            [[accessory]]
+            vendor-id = "04D9"
+            product-id = "a052"
+            protocols = ["com.example.co2"]
+            kind = "hid"
+            [[accessory]]
+            vendor-id = "1209"
+            protocols = ["org.example.sensor"]
+            """, file: file, defaults: defaults)
+        #expect(config.accessoryRules.map(\.kind) == ["hid", "serial"])
+        let unknown = try #require(configProblem("[[accessory]]\nvendor-id = \"1209\"\nprotocols = [\"a.b\"]\nkind = \"usb\""))
+        #expect(unknown.message.contains("'usb' is not a kind of accessory (serial or hid)"), "\(unknown)")
+        let settings = try #require(configProblem(
+            "[[accessory]]\nvendor-id = \"1209\"\nprotocols = [\"a.b\"]\nkind = \"hid\"\nline-settings = \"9600 8N1\""))
+        #expect(settings.message.contains("a HID accessory has no line settings"), "\(settings)")
+    }
+
     @Test func rangeBoundsAreAccepted() throws {
         typealias R = DaemonConfig.Ranges
         let low = try DaemonConfig.parse("""

@@ -195,4 +195,24 @@ void vigil_fd_keeper_ignore_signals(void);
 /// "Q" ends it. Only peers of its own uid are served. Returns 0.
 int vigil_fd_keeper_serve(int listener, int idle_seconds);
 
+// MARK: hidraw (hidraw.c)
+
+/// The report descriptor of a hidraw node (HIDIOCGRDESCSIZE, HIDIOCGRDESC)
+/// into `buffer` (at most 4096 bytes, HID_MAX_DESCRIPTOR_SIZE). Returns its
+/// length, or -1 with errno set (ENOTTY: not a hidraw node).
+int vigil_hidraw_descriptor(int fd, unsigned char *buffer, size_t capacity);
+
+/// The bus type and USB ids the kernel gives a hidraw node (HIDIOCGRAWINFO).
+/// Returns 0, or -1 with errno set.
+int vigil_hidraw_info(int fd, unsigned int *bustype, short *vendor, short *product);
+
+/// HIDIOCGFEATURE: `buffer[0]` is the report id asked for; the report (its
+/// id first) comes back in `buffer`. Returns its length, or -1 with errno set
+/// (EPIPE, EIO: the device refused or has no such report).
+int vigil_hidraw_get_feature(int fd, unsigned char *buffer, size_t length);
+
+/// HIDIOCSFEATURE: sends `buffer` (report id first) as a feature report.
+/// Returns the count the driver took, or -1 with errno set.
+int vigil_hidraw_set_feature(int fd, const unsigned char *buffer, size_t length);
+
 #endif

@@ -113,7 +113,12 @@ extension AccessoriesComponent {
         guard table.sessions[session] != nil, services.component(StreamSessions.self)?.holder(of: session) == holder else {
             throw ProtocolError(.invalidArgument, "no accessory session \(session) is held by this client")
         }
-        guard let endpoint = ports[session] else { throw ProtocolError(.invalidState, notOpenReason(session)) }
+        guard let endpoint = ports[session] else {
+            if hidDevices[session] != nil || table.sessions[session]?.lineSettings == "" {
+                throw ProtocolError(.notSupported, "session \(session) is on a HID accessory: it has no serial lines")
+            }
+            throw ProtocolError(.invalidState, notOpenReason(session))
+        }
         return endpoint.port
     }
 

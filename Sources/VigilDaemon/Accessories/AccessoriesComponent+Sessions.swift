@@ -21,20 +21,28 @@ extension AccessoriesComponent {
         if case let .app(app) = holder {
             declared = services.engine.apps[app]?.manifest.accessoryProtocols ?? []
         }
-        let lineSettings = request.lineSettings ?? accessory.info.lineSettings
-        let settings: SerialSettings
-        do {
-            settings = try SerialSettings(parsing: lineSettings)
-        } catch {
-            throw ProtocolError(.invalidArgument, "line settings '\(lineSettings)': \(error)")
+        // A HID accessory has no line settings: its sessions carry reports.
+        let isHID = accessory.info.isHID
+        if isHID, request.lineSettings != nil {
+            throw ProtocolError(.invalidArgument, "accessory \(request.connectionID) is a HID device: it takes no line settings")
         }
+        let lineSettings = request.lineSettings ?? accessory.info.lineSettings
+        var settings = SerialSettings.default
+        if !isHID {
+            do {
+                settings = try SerialSettings(parsing: lineSettings)
+            } catch {
+                throw ProtocolError(.invalidArgument, "line settings '\(lineSettings)': \(error)")
+            }
+        }
+        let settingsText = isHID ? "" : settings.description
         if let existing = table.existing(holder: holder, connectionID: accessory.info.connectionID, protocol: request.protocol) {
             // Already open for this holder (re-established after a daemon
             // restart), or waiting to reopen on this connection: its own again.
-            if ports[existing.id] == nil {
+            if !isOpen(existing.id) {
                 cancelReopen(existing.id, services: services)
                 do {
-                    try openPort(existing.id, node: accessory.info.deviceNode, settings: settings, streams: streams, services: services)
+                    try openEndpoint(existing.id, accessory: accessory.info, settings: settings, streams: streams, services: services)
                 } catch {
                     throw Self.openError(error, node: accessory.info.deviceNode)
                 }
@@ -45,18 +53,19 @@ extension AccessoriesComponent {
         var probe = table
         _ = try probe.open(
             id: 0, holder: holder, accessory: accessory.info, identity: accessory.identity, protocol: request.protocol,
-            declaredProtocols: declared, lineSettings: settings.description, reopen: request.reopen ?? false)
+            declaredProtocols: declared, lineSettings: settingsText, reopen: request.reopen ?? false)
         let id: Int
         do {
-            id = try streams.open(holder: holder, name: request.protocol, transport: self, wakeMode: .externalAccessory, services: services)
+            id = try streams.open(
+                holder: holder, name: request.protocol, transport: self, wakeMode: .externalAccessory, records: isHID, services: services)
         } catch {
             throw ProtocolError(.invalidState, "cannot create the session's log: \(error)")
         }
         let record = try table.open(
             id: id, holder: holder, accessory: accessory.info, identity: accessory.identity, protocol: request.protocol,
-            declaredProtocols: declared, lineSettings: settings.description, reopen: request.reopen ?? false)
+            declaredProtocols: declared, lineSettings: settingsText, reopen: request.reopen ?? false)
         do {
-            try openPort(id, node: accessory.info.deviceNode, settings: settings, streams: streams, services: services)
+            try openEndpoint(id, accessory: accessory.info, settings: settings, streams: streams, services: services)
         } catch {
             table.close(id)
             streams.forget(id)
@@ -64,7 +73,7 @@ extension AccessoriesComponent {
         }
         streams.setDetails(id, SavedStreamSession.details(of: record))
         streams.record(services: services)
-        services.logger.info("session \(id) opened: \(holder) on \(DeviceText.quoted(accessory.info.name)) for \(request.protocol) (\(settings))")
+        services.logger.info("session \(id) opened: \(holder) on \(DeviceText.quoted(accessory.info.name)) for \(request.protocol) (\(isHID ? "HID reports" : settings.description))")
         return SessionOpened(session: id, accessory: accessory.info)
     }
 
@@ -75,6 +84,17 @@ extension AccessoriesComponent {
             return ProtocolError(.notSupported, "cannot open \(node): \(error)")
         }
         return ProtocolError(.invalidState, "cannot open \(node): \(error)")
+    }
+
+    /// Opens the session's device: a hidraw node (`openHID`) or a serial port.
+    private func openEndpoint<S: DaemonServices>(
+        _ session: Int, accessory: AccessoryInfo, settings: SerialSettings, streams: StreamSessions, services: isolated S
+    ) throws {
+        if accessory.isHID {
+            try openHID(session, node: accessory.deviceNode, streams: streams, services: services)
+        } else {
+            try openPort(session, node: accessory.deviceNode, settings: settings, streams: streams, services: services)
+        }
     }
 
     /// Opens the session's port, or takes the one an earlier daemon left with
@@ -112,7 +132,7 @@ extension AccessoriesComponent {
     func reopenSessions<S: DaemonServices>(for accessory: Accessory, services: isolated S) {
         let waiting = table.toReopen(
             on: accessory.info, identity: accessory.identity, byPortOnly: registry.sharedIdentities.contains(accessory.identity),
-            isWaiting: { ports[$0] == nil && reopenRetries[$0] == nil })
+            isWaiting: { !isOpen($0) && reopenRetries[$0] == nil })
         for record in waiting {
             rebind(record.id, to: accessory.info, services: services)
             reopen(record.id, on: accessory, services: services)
@@ -180,8 +200,8 @@ extension AccessoriesComponent {
         let connectionID = accessory.info.connectionID
         if let timer = reopenRetries[id]?.timer { services.loop.cancelTimer(timer) }
         do {
-            try openPort(id, node: accessory.info.deviceNode, settings: try SerialSettings(parsing: record.lineSettings),
-                         streams: streams, services: services)
+            let settings = accessory.info.isHID ? SerialSettings.default : try SerialSettings(parsing: record.lineSettings)
+            try openEndpoint(id, accessory: accessory.info, settings: settings, streams: streams, services: services)
         } catch {
             var retry = reopenRetries[id].flatMap { $0.connectionID == connectionID ? $0 : nil } ?? ReopenRetry(connectionID: connectionID)
             let delay = retry.backoff.failed()
@@ -196,7 +216,7 @@ extension AccessoriesComponent {
                 // The session may have been closed (or reopened) meanwhile.
                 guard let current = accessories.registry.accessory(connectionID),
                       accessories.table.sessions[id]?.connectionID == connectionID,
-                      accessories.ports[id] == nil
+                      !accessories.isOpen(id)
                 else { return accessories.cancelReopen(id, services: services) }
                 accessories.reopen(id, on: current, services: services)
             })

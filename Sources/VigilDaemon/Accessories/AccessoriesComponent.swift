@@ -22,6 +22,7 @@ final class AccessoriesComponent: StreamTransport {
     let requestTypes: Set<String> = [
         ListAccessories.type, RegisterForAccessoryNotifications.type, WatchAccessories.type, OpenSession.type,
         SetSessionLines.type, SendBreak.type, WatchSessionLines.type, SetSessionRS485.type,
+        GetHIDReportDescriptor.type, GetHIDFeatureReport.type, SetHIDFeatureReport.type,
     ]
 
     var udev: Udev?
@@ -34,6 +35,8 @@ final class AccessoriesComponent: StreamTransport {
     var table = SessionTable()
     /// The open ports, by session (the stream layer carries them).
     var ports: [Int: SerialEndpoint] = [:]
+    /// The open hidraw nodes, by session (record sessions of the stream layer).
+    var hidDevices: [Int: HIDEndpoint] = [:]
     /// Waiting `reopen` sessions whose open failed on the accessory's current
     /// connection, and when they try again (see `reopen`).
     var reopenRetries: [Int: ReopenRetry] = [:]
@@ -66,6 +69,10 @@ final class AccessoriesComponent: StreamTransport {
         var timer: TimerID?
     }
 
+    /// The udev subsystems whose device nodes may be accessories: serial
+    /// ports and USB HID devices (hidraw nodes).
+    static let subsystems = ["tty", "hidraw"]
+
     init(portKeeperCommand: [String]?) {
         self.portKeeperCommand = portKeeperCommand
     }
@@ -80,15 +87,17 @@ final class AccessoriesComponent: StreamTransport {
         logger = services.logger
         do {
             let udev = try Udev()
-            let monitor = try UdevMonitor(udev: udev, subsystems: ["tty"])
+            let monitor = try UdevMonitor(udev: udev, subsystems: Self.subsystems)
             self.udev = udev
             self.monitor = monitor
             monitorWatch = try services.loop.watch(
                 monitor.fd, for: .readable, services.watchCallback(AccessoriesComponent.self) { accessories, _, services in
                     accessories.udevEventsReady(services: services)
                 })
-            for device in try udev.devices(subsystem: "tty") {
-                deviceAdded(device, services: services)
+            for subsystem in Self.subsystems {
+                for device in try udev.devices(subsystem: subsystem) {
+                    deviceAdded(device, services: services)
+                }
             }
         } catch {
             udevProblem = "\(error)"
@@ -157,7 +166,8 @@ final class AccessoriesComponent: StreamTransport {
         guard let node = device.devNode else { return }
         let logger = services.logger
         let observation = DeviceObservation(
-            sysPath: device.sysPath, devNode: node, properties: device.properties, devLinks: device.devLinks,
+            sysPath: device.sysPath, devNode: node, kind: device.subsystem == "hidraw" ? .hid : .serial,
+            properties: device.properties, devLinks: device.devLinks,
             usb: device.usb.map {
                 USBIdentity(
                     vendorID: hex4($0.vendorID), productID: hex4($0.productID),
@@ -189,7 +199,7 @@ final class AccessoriesComponent: StreamTransport {
         // Sessions the hang-up already ended (and kept for reopening) are not ended
         // twice; those still trying to reopen on this connection wait for the next.
         for session in table.sessions(of: id) {
-            if ports[session.id] != nil {
+            if isOpen(session.id) {
                 endSession(session.id, reason: "the accessory was unplugged", keepForReopen: session.reopen, services: services)
             } else {
                 cancelReopen(session.id, services: services)
@@ -309,6 +319,8 @@ final class AccessoriesComponent: StreamTransport {
             services.send(accessoryList(for: nil, services: services), id: message.id, to: connection)
         case SetSessionLines.type, SendBreak.type, WatchSessionLines.type, SetSessionRS485.type:
             try handleLineRequest(message, holder: holder, on: connection, services: services)
+        case GetHIDReportDescriptor.type, GetHIDFeatureReport.type, SetHIDFeatureReport.type:
+            try handleHIDRequest(message, holder: holder, on: connection, services: services)
         case OpenSession.type:
             let request: OpenSession = try message.decode()
             if let app, let accessory = registry.accessory(request.connectionID)?.info, !canSee(app, accessory, services: services) {

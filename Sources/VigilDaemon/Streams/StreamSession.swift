@@ -19,6 +19,9 @@ final class StreamSession {
     let coalescing: Duration?
     /// The transport's part of its record in `sessions.json`.
     var details: [String: JSONValue]
+    /// A record session (`SessionRecords`): its endpoint appends whole
+    /// records (a hidraw node's input reports) and events name whole records.
+    let records: Bool
 
     // The log, and how much of it the holder has been told about.
     let log: SessionLog
@@ -54,8 +57,9 @@ final class StreamSession {
 
     init(
         id: Int, holder: SessionHolder, name: String, transport: any StreamTransport, wakeMode: BackgroundMode,
-        coalescing: Duration?, details: [String: JSONValue], log: SessionLog
+        coalescing: Duration?, details: [String: JSONValue], records: Bool = false, log: SessionLog
     ) {
+        self.records = records
         self.id = id
         self.holder = holder
         self.name = name

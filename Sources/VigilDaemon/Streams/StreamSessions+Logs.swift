@@ -83,13 +83,18 @@ extension StreamSessions {
                 session.announceTimer = nil
             }
             while log.written > session.announced {
-                let length = min(log.written - session.announced, UInt64(eventBytes(log)))
+                // A record session's event ends at a record's end: an app reads whole records.
+                let length = session.records
+                    ? log.recordsEnd(from: session.announced, limit: eventBytes(log)) - session.announced
+                    : min(log.written - session.announced, UInt64(eventBytes(log)))
+                guard length > 0 else { return }  // no whole record (cannot happen: records are appended whole)
+                var attributes: [String: JSONValue] = [
+                    "session": .number(Double(id)), "log": .string(log.path),
+                    "offset": .number(Double(session.announced)), "length": .number(Double(length)),
+                ]
+                if session.records { attributes["framing"] = .string(SessionRecords.framing) }
                 let event = QueuedEvent(
-                    kind: AccessoryEventKind.data,
-                    attributes: [
-                        "session": .number(Double(id)), "log": .string(log.path),
-                        "offset": .number(Double(session.announced)), "length": .number(Double(length)),
-                    ],
+                    kind: AccessoryEventKind.data, attributes: attributes,
                     wakeMode: session.wakeMode, stream: "session.data/\(id)")
                 do {
                     _ = try services.withEngine { engine, now throws(ProtocolError) in

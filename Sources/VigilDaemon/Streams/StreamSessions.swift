@@ -29,6 +29,9 @@ final class StreamSessions: EventDeliveryObserver {
     /// has taken back yet (`takeSaved`), written again until they are.
     private var unclaimed: [SavedStreamSession] = []
 
+    /// The layer's key beside the transport's in a saved session: a record session.
+    static let recordsKey = "records"
+
     /// The largest range one data event names: what an app copies out at once.
     static let maxDataEventBytes = 1 << 20
 
@@ -70,16 +73,18 @@ final class StreamSessions: EventDeliveryObserver {
     // MARK: The table
 
     /// Opens a session with a new id and its log (no endpoint yet).
+    /// `records`: a record session (`SessionRecords`), whose endpoint keeps
+    /// message boundaries (`StreamEndpoint` appends whole records).
     func open<S: DaemonServices>(
         holder: SessionHolder, name: String, transport: any StreamTransport, wakeMode: BackgroundMode, coalescing: Duration? = nil,
-        details: [String: JSONValue] = [:], services: isolated S
+        records: Bool = false, details: [String: JSONValue] = [:], services: isolated S
     ) throws(SystemError) -> Int {
         let id = nextID
         let log = try openLog(id, services: services)
         nextID += 1
         sessions[id] = StreamSession(
             id: id, holder: holder, name: name, transport: transport, wakeMode: wakeMode,
-            coalescing: coalescing.flatMap { $0 > .zero ? $0 : nil }, details: details, log: log)
+            coalescing: coalescing.flatMap { $0 > .zero ? $0 : nil }, details: details, records: records, log: log)
         return id
     }
 
@@ -100,7 +105,8 @@ final class StreamSessions: EventDeliveryObserver {
         }
         let session = StreamSession(
             id: saved.id, holder: saved.holder, name: saved.name, transport: transport, wakeMode: wakeMode,
-            coalescing: coalescing.flatMap { $0 > .zero ? $0 : nil }, details: saved.details, log: log)
+            coalescing: coalescing.flatMap { $0 > .zero ? $0 : nil }, details: saved.details,
+            records: saved.details[Self.recordsKey] == .bool(true), log: log)
         sessions[saved.id] = session
         if let app = session.app { restoreLog(session, app: app, services: services) }
         return true
@@ -139,9 +145,11 @@ final class StreamSessions: EventDeliveryObserver {
     func record<S: DaemonServices>(services: isolated S) {
         let file = StreamSessionFile(directory: services.config.stateDirectory)
         let recorded = sessions.values.filter { $0.app != nil }.map { session in
-            SavedStreamSession(
+            var details = session.details
+            if session.records { details[Self.recordsKey] = .bool(true) }
+            return SavedStreamSession(
                 id: session.id, holder: session.holder, name: session.name, transport: session.transport.transportName,
-                details: session.details)
+                details: details)
         }
         do {
             try file.save(StreamSessionFile.Contents(nextSessionID: nextID, sessions: (recorded + unclaimed).sorted { $0.id < $1.id }))

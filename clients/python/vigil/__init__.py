@@ -22,7 +22,8 @@ from ._frames import (
     ConnectionClosed, FrameDecoder, Message, VigilError, encode_frame, monotonic_ns, socket_path,
 )
 from ._payloads import NotificationValue, SessionLogs, notification_values
-from .accessories import Accessory, AccessoryChange, AccessorySession, Closed, Data, Lines, Loss, Reopened, SessionItem
+from .accessories import (Accessory, AccessoryChange, AccessorySession, Closed, Data, Lines, Loss, Reopened, SessionItem,
+                          split_records)
 from .app import INVALID_TASK, App, AppItem, BackgroundTask, ConnectionRestored, Event, LaunchOptions, Lifecycle
 from .ble import (
     BLEClient, Central, Characteristic, Descriptor, Device, PeripheralManager, PeripheralRequest, Scanner, Service,
@@ -40,7 +41,7 @@ __all__ = [
     "MAX_HEADER_BYTES", "PROTOCOL_VERSIONS", "SYSTEM_SOCKET", "WRITE_CHUNK", "ConnectionClosed", "FrameDecoder",
     "Message", "VigilError", "encode_frame", "monotonic_ns", "socket_path", "NotificationValue", "SessionLogs",
     "notification_values", "Accessory", "AccessoryChange", "AccessorySession", "Closed", "Data", "Lines", "Loss", "Reopened",
-    "SessionItem", "INVALID_TASK", "App", "AppItem", "BackgroundTask", "ConnectionRestored", "Event", "LaunchOptions",
+    "SessionItem", "split_records", "INVALID_TASK", "App", "AppItem", "BackgroundTask", "ConnectionRestored", "Event", "LaunchOptions",
     "Lifecycle", "BLEClient", "Central", "Characteristic", "Descriptor", "Device", "PeripheralManager",
     "PeripheralRequest", "Scanner", "Service", "Services", "UpdateResult", "characteristic_definition",
     "normalize_uuid", "service_definition", "Control", "L2CAPChannel", "__version__",

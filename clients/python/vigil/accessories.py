@@ -33,6 +33,8 @@ class Accessory:
     product_id: str = ""
     sys_path: str = ""
     line_settings: str = ""
+    #: "serial" (a tty) or "hid" (a hidraw node: its sessions carry whole reports).
+    kind: str = "serial"
     raw: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -45,10 +47,33 @@ class Accessory:
             name=text("name"), manufacturer=text("manufacturer"), model_number=text("modelNumber"),
             serial_number=text("serialNumber"), firmware_revision=text("firmwareRevision"),
             hardware_revision=text("hardwareRevision"), device_node=text("deviceNode"), vendor_id=text("vendorID"),
-            product_id=text("productID"), sys_path=text("sysPath"), line_settings=text("lineSettings"), raw=dict(obj))
+            product_id=text("productID"), sys_path=text("sysPath"), line_settings=text("lineSettings"),
+            kind=text("kind") or "serial", raw=dict(obj))
 
     def speaks(self, protocol: str) -> bool:
         return protocol in self.protocol_strings
+
+    @property
+    def is_hid(self) -> bool:
+        return self.kind == "hid"
+
+
+def split_records(data: bytes) -> list[bytes]:
+    """The records of a record session's bytes (a HID session's input
+    reports; docs/protocol.md, "HID accessories"): each is a u16 LE length
+    and that many bytes. Bytes that end inside a record raise VigilError."""
+    records: list[bytes] = []
+    index = 0
+    while index < len(data):
+        if len(data) - index < 2:
+            raise VigilError("invalidArgument", "session records: bytes left shorter than a record's length")
+        length = data[index] | data[index + 1] << 8
+        index += 2
+        if len(data) - index < length:
+            raise VigilError("invalidArgument", f"session records: a record of {length} bytes with {len(data) - index} left")
+        records.append(bytes(data[index:index + length]))
+        index += length
+    return records
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,6 +191,8 @@ class AccessorySession:
         self._items: Mailbox[tuple[SessionItem, Token | None]] = Mailbox()
         self._current: Token | None = None
         self._ended = False
+        #: Reports of the chunk `read_report` is in (reversed: the next is last).
+        self._reports: list[bytes] = []
 
     # -- fed by the client
 
@@ -223,6 +250,41 @@ class AccessorySession:
     async def _chunks(self) -> AsyncIterator[bytes]:
         while chunk := await self.read():
             yield chunk
+
+    # -- HID accessories (docs/protocol.md, "HID accessories")
+
+    async def read_report(self, timeout: float | None = None) -> bytes:
+        """The next input report of a HID session, whole (report id first when
+        the device numbers its reports); b"" when the session has ended (or
+        after `timeout`). A chunk's reports are acknowledged together, when
+        the read after its last one asks for the next chunk."""
+        while not self._reports:
+            chunk = await self.read(timeout)
+            if not chunk:
+                return b""
+            self._reports = split_records(chunk)[::-1]
+        return self._reports.pop()
+
+    async def reports(self) -> AsyncIterator[bytes]:
+        while report := await self.read_report():
+            yield report
+
+    async def send_output_report(self, report: bytes) -> None:
+        """Sends one output report (report id first, 0 when the device has none)."""
+        await self._owner.request("write", body=bytes(report), session=self.id, timeout=None)
+
+    async def feature_report(self, report_id: int, length: int) -> bytes:
+        """Reads feature report `report_id` with room for `length` bytes (the id included)."""
+        reply = await self._owner.request("hidGetFeature", session=self.id, reportID=int(report_id), length=int(length))
+        return bytes(reply.body)
+
+    async def set_feature_report(self, report: bytes) -> None:
+        """Sends a feature report (report id first)."""
+        await self._owner.request("hidSetFeature", body=bytes(report), session=self.id)
+
+    async def report_descriptor(self) -> bytes:
+        """The device's HID report descriptor."""
+        return bytes((await self._owner.request("hidReportDescriptor", session=self.id)).body)
 
     def acknowledge(self) -> None:
         """Done with the item read last: acknowledge it now rather than at the next read
