@@ -46,12 +46,23 @@ class MonitorRig(MockBlueZDaemonTest):
                 f'{json.dumps(json.dumps(MONITOR))}, "--restore-id", "sensors"{", " if arguments else ""}{arguments}]\n'
                 'background-modes = ["bluetooth-central"]\n')
 
-    def advertise(self, device, counter, company=COMPANY, first=0x05, rssi=-60):
+    def properties(self, counter, company=COMPANY, first=0x05, rssi=-60):
+        """Device1 properties of one advertisement carrying `counter`."""
         dbus = self.dbus
-        data = dbus.Array([dbus.Byte(first), dbus.Byte(counter >> 8 & 0xFF), dbus.Byte(counter & 0xFF)], signature="y")
-        self.mock.control.SetAdvertisement(device, dbus.Dictionary({
-            "ManufacturerData": dbus.Dictionary({dbus.UInt16(company): dbus.types.Variant(data)}, signature="qv"),
-            "RSSI": dbus.Int16(rssi)}, signature="sv"))
+        data = dbus.Array([dbus.Byte(first), dbus.Byte(counter >> 8 & 0xFF), dbus.Byte(counter & 0xFF)], signature="y",
+                          variant_level=1)
+        return dbus.Dictionary({
+            "ManufacturerData": dbus.Dictionary({dbus.UInt16(company): data}, signature="qv", variant_level=1),
+            "RSSI": dbus.Int16(rssi, variant_level=1)}, signature="sv")
+
+    def advertise(self, device, counter, **options):
+        self.mock.control.SetAdvertisement(device, self.properties(counter, **options))
+
+    def advertise_many(self, device, first, count, chunk=50):
+        """`count` advertisements numbered first.., back to back in chunks."""
+        for start in range(first, first + count, chunk):
+            series = [self.properties(n) for n in range(start, min(first + count, start + chunk))]
+            self.mock.control.AdvertiseMany(device, self.dbus.Array(series, signature="a{sv}"))
 
     def state(self):
         return next(a for a in self.control.apps() if a["id"] == APP)["state"]
@@ -61,6 +72,13 @@ class MonitorRig(MockBlueZDaemonTest):
 
     def counters(self, address=SENSOR):
         return [int(r["manufacturer"][str(COMPANY)][2:], 16) for r in self.advertisements(address)]
+
+    def state_file(self):
+        try:
+            with open(f"{self.dir}/state/state.json") as file:
+                return file.read()
+        except FileNotFoundError:
+            return ""
 
     def wakes(self):
         return [d for d in self.control.log(app=APP) if d["action"] == "wake"]
@@ -74,26 +92,26 @@ class MonitorControlTests(MonitorRig):
         self.advertise(self.other, 1, company=0x004C)  # another company: no match
         self.advertise(self.other, 2, first=0x03)  # Ruuvi's older format 3: the prefix does not match
         self.advertise(self.sensor, 1)
-        found = self.push(c, "ble.monitor.found")
+        found = self.push(c, "ble.monitor.found")["attributes"]
         self.assertEqual((found["monitor"], found["peripheral"], found["rssi"]), ("ruuvi", SENSOR, -60))
         for n in range(2, 6):
             self.advertise(self.sensor, n)
         seen = []
         while len(seen) < 5:
             push = self.push(c, "ble.monitor.advertisements")
-            for record in vigil.advertisement_records(push.header, push.body):
+            for record in vigil.advertisement_records(push["attributes"], push.body):
                 self.assertEqual(record.address, SENSOR, "only the matching device")
                 self.assertEqual(record.rssi, -60)
                 self.assertGreater(record.time, 1.6e9, "the time received, in seconds since 1970")
                 seen.append(record.manufacturer_data[COMPANY][2])
         self.assertEqual(seen, [1, 2, 3, 4, 5], "every advertisement, in order")
-        lost = self.push(c, "ble.monitor.lost")
+        lost = self.push(c, "ble.monitor.lost")["attributes"]
         self.assertEqual((lost["monitor"], lost["peripheral"]), ("ruuvi", SENSOR))
         listed = c.request("ble.monitors")["monitors"]
         self.assertEqual([(m["monitor"], m["found"], m["delivered"], m["lost"]) for m in listed], [("ruuvi", [], 5, 0)])
         # Found again when it comes back.
         self.advertise(self.sensor, 6)
-        self.assertEqual(self.push(c, "ble.monitor.found")["peripheral"], SENSOR)
+        self.assertEqual(self.push(c, "ble.monitor.found")["attributes"]["peripheral"], SENSOR)
         c.request("ble.monitor.stop", monitor="ruuvi")
         self.assertEqual(c.request("ble.monitors")["monitors"], [])
 
@@ -110,7 +128,7 @@ class MonitorControlTests(MonitorRig):
         deadline = time.monotonic() + 10
         while 3 not in values and time.monotonic() < deadline:
             push = self.push(c, "ble.monitor.advertisements")
-            values += [r.manufacturer_data[COMPANY][2] for r in vigil.advertisement_records(push.header, push.body)]
+            values += [r.manufacturer_data[COMPANY][2] for r in vigil.advertisement_records(push["attributes"], push.body)]
         self.assertEqual(values, [2, 3])
         self.push(c, "ble.monitor.lost")
 
@@ -154,9 +172,8 @@ class MonitorAppTests(MonitorRig):
         time.sleep(0.5)
         self.assertEqual(len(self.wakes()), wakes_before, "a non-matching device woke the app")
         self.assertEqual(self.state(), "suspended")
-        # 400 readings while the app is frozen between wakes.
-        for n in range(1, 401):
-            self.advertise(self.sensor, n)
+        # 400 readings back to back while the app is frozen between wakes.
+        self.advertise_many(self.sensor, 1, 400)
         self.wait_until(lambda: len(self.advertisements()) >= 400, "400 advertisements in the app", timeout=60)
         self.assertEqual(self.counters(), list(range(1, 401)), "complete, in order, each once")
         events = sorted({r["seq"] for r in self.advertisements()})
@@ -180,8 +197,7 @@ class MonitorAppTests(MonitorRig):
         relaunch = [r for r in self.records() if r["kind"] == "launch"][-1]["launch"]
         self.assertEqual(relaunch["restoreIdentifiers"], ["sensors"])
         # The monitor is in the state file: a new vigild runs it without the app asking again.
-        self.wait_until(lambda: os.path.exists(f"{self.dir}/state/state.json") and "ruuvi" in open(f"{self.dir}/state/state.json").read(),
-                        "the monitor saved")
+        self.wait_until(lambda: "ruuvi" in self.state_file(), "the monitor saved")
         self.stop_daemon()
         self.start_daemon()
         self.wait_until(lambda: self.control.request("ble.state")["state"] == "poweredOn", "Bluetooth powered on")
@@ -199,8 +215,7 @@ class MonitorLossTests(MonitorRig):
         self.control.app_action("launch", APP)
         self.wait_until(lambda: any(r["kind"] == "bleReady" for r in self.records()), "the app's monitor")
         sent = 600
-        for n in range(1, sent + 1):
-            self.advertise(self.sensor, n)
+        self.advertise_many(self.sensor, 1, sent)
         # Then one more, once the app has caught up: it (or an event before
         # it) carries every loss not yet reported.
         app = lambda: next(a for a in self.control.apps() if a["id"] == APP)  # noqa: E731
