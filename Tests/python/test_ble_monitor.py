@@ -12,12 +12,13 @@ Bumble broadcaster.
 
 import json
 import os
+import subprocess
 import sys
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ble_harness import EXAMPLE_APP, PYTHON, MockBlueZDaemonTest, missing  # noqa: E402
+from ble_harness import EXAMPLE_APP, PYTHON, VIGILD, MockBlueZDaemonTest, missing  # noqa: E402
 from vigil_client import VigilError  # noqa: E402
 import vigil  # noqa: E402
 
@@ -114,6 +115,37 @@ class MonitorControlTests(MonitorRig):
         self.assertEqual(self.push(c, "ble.monitor.found")["attributes"]["peripheral"], SENSOR)
         c.request("ble.monitor.stop", monitor="ruuvi")
         self.assertEqual(c.request("ble.monitors")["monitors"], [])
+
+    def test_vigilctl_ble_monitor_prints_found_and_every_advertisement(self):
+        vigilctl = os.path.join(os.path.dirname(VIGILD), "vigilctl")
+        process = subprocess.Popen(
+            [vigilctl, "ble", "monitor", "--manufacturer", "0x0499:05", "--lost-timeout", "1", "--json", "--socket", self.socket],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            # Its monitor is running once a control connection lists it... from vigilctl's own connection only:
+            # advertise until vigilctl reports the device found.
+            lines = []
+            counter = 0
+            while not any(line.get("event") == "found" for line in lines):
+                counter += 1
+                self.advertise(self.sensor, counter)
+                self.advertise(self.other, counter, company=0x004C)
+                line = process.stdout.readline() if counter > 3 else ""
+                if line:
+                    lines.append(json.loads(line))
+                self.assertLess(counter, 400, f"vigilctl printed no found line: {lines}")
+                time.sleep(0.02)
+            for n in range(counter + 1, counter + 4):
+                self.advertise(self.sensor, n)
+            while len([line for line in lines if line["event"] == "advertisement"]) < 3:
+                lines.append(json.loads(process.stdout.readline()))
+            advertisements = [line for line in lines if line["event"] == "advertisement"]
+            self.assertTrue(all(line["peripheral"] == SENSOR for line in advertisements), lines)
+            counters = [int(line["manufacturerData"][str(COMPANY)][2:], 16) for line in advertisements]
+            self.assertEqual(counters, sorted(counters), "in order")
+        finally:
+            process.terminate()
+            process.communicate(timeout=10)
 
     def test_rssi_thresholds(self):
         c = self.control
