@@ -45,8 +45,9 @@ def cpu_ticks(pid: int) -> int:
 
 lab.bt_up()
 lab.Bluez("hci0").forget_all()
-sensor = lab.Peer.start("ruuvi", os.path.join(HERE, "broadcast_sensor_peer.py"), "--address", SENSOR)
-bluez = lab.Peer.start("bluez-adv", os.path.join(HERE, "adv_listener.py"))
+# Bumble's import alone takes tens of seconds in a loaded TCG guest.
+sensor = lab.Peer.start("ruuvi", os.path.join(HERE, "broadcast_sensor_peer.py"), "--address", SENSOR, timeout=180)
+bluez = lab.Peer.start("bluez-adv", os.path.join(HERE, "adv_listener.py"), timeout=180)
 manager = bluez.wait_event("monitor-manager")
 log(f"bluetoothd's AdvertisementMonitorManager1: {json.dumps({k: manager[k] for k in ('present', 'supported', 'features')})}")
 

@@ -28,6 +28,8 @@ import os
 import struct
 import sys
 
+print("broadcast_sensor_peer: importing Bumble", flush=True)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.environ.get("VIGIL_LAB_REPO") or os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "lab", "peers"))
@@ -95,6 +97,7 @@ class Broadcaster:
 
     async def run(self) -> None:
         a = self.args
+        print(f"broadcast_sensor_peer: opening {a.transport}", flush=True)
         transport = await _peerlib.open_transport_retry(a.transport)
         async with transport:
             self.device = Device.with_hci("Ruuvi", hci.Address(a.address), transport.source, transport.sink)
