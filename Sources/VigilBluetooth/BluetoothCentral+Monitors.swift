@@ -223,7 +223,8 @@ extension BluetoothCentral {
                 if !wasFound {
                     var attributes: [String: JSONValue] = ["monitor": .string(name), "peripheral": .string(device.address)]
                     if let rssi { attributes["rssi"] = .number(Double(rssi)) }
-                    if let deviceName = device.name { attributes["name"] = .string(deviceName) }
+                    // The advertised name only: BlueZ's Alias defaults to the address.
+                    if let deviceName = device.properties["Name"]?.string { attributes["name"] = .string(deviceName) }
                     delegate?.bluetooth(emit: MonitorEventKind.found, attributes: attributes, body: [], mode: .bluetoothCentral, to: client)
                     armLostTimer(client, name)
                 }
