@@ -12,7 +12,9 @@ Bumble broadcaster.
 
 import json
 import os
+import queue
 import subprocess
+import threading
 import sys
 import time
 import unittest
@@ -121,26 +123,28 @@ class MonitorControlTests(MonitorRig):
         process = subprocess.Popen(
             [vigilctl, "ble", "monitor", "--manufacturer", "0x0499:05", "--lost-timeout", "1", "--json", "--socket", self.socket],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lines = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(json.loads(line)) for line in process.stdout], daemon=True).start()
         try:
-            # Its monitor is running once a control connection lists it... from vigilctl's own connection only:
-            # advertise until vigilctl reports the device found.
-            lines = []
+            # vigilctl's monitor runs from some moment on: advertise until it reports the device found.
+            seen = []
             counter = 0
-            while not any(line.get("event") == "found" for line in lines):
+            deadline = time.monotonic() + 30
+            while not any(line["event"] == "found" for line in seen):
+                self.assertLess(time.monotonic(), deadline, f"vigilctl printed no found line: {seen}")
                 counter += 1
                 self.advertise(self.sensor, counter)
                 self.advertise(self.other, counter, company=0x004C)
-                line = process.stdout.readline() if counter > 3 else ""
-                if line:
-                    lines.append(json.loads(line))
-                self.assertLess(counter, 400, f"vigilctl printed no found line: {lines}")
-                time.sleep(0.02)
+                try:
+                    seen.append(lines.get(timeout=0.1))
+                except queue.Empty:
+                    pass
             for n in range(counter + 1, counter + 4):
                 self.advertise(self.sensor, n)
-            while len([line for line in lines if line["event"] == "advertisement"]) < 3:
-                lines.append(json.loads(process.stdout.readline()))
-            advertisements = [line for line in lines if line["event"] == "advertisement"]
-            self.assertTrue(all(line["peripheral"] == SENSOR for line in advertisements), lines)
+            while [line["event"] for line in seen].count("advertisement") < 3:
+                seen.append(lines.get(timeout=20))
+            advertisements = [line for line in seen if line["event"] == "advertisement"]
+            self.assertTrue(all(line["peripheral"] == SENSOR for line in advertisements), seen)
             counters = [int(line["manufacturerData"][str(COMPANY)][2:], 16) for line in advertisements]
             self.assertEqual(counters, sorted(counters), "in order")
         finally:
