@@ -54,10 +54,10 @@ def main() -> None:
         if data is None:
             return
         data = bytes(data)
-        # RuuviTag format 5: the measurement sequence number is bytes 15-16.
-        if len(data) >= 17 and data[0] == 5:
+        # RuuviTag format 5: the measurement sequence number is bytes 16-17.
+        if len(data) >= 18 and data[0] == 5:
             rssi = properties.get("RSSI")
-            emit("adv", seq=data[15] << 8 | data[16], path=str(path), rssi=None if rssi is None else int(rssi))
+            emit("adv", seq=data[16] << 8 | data[17], path=str(path), rssi=None if rssi is None else int(rssi))
 
     def added(path, interfaces):
         if "org.bluez.Device1" in interfaces:
