@@ -56,7 +56,7 @@ daemon = acc.Daemon("62", apps={
     RUUVI_APP: {"modes": ["bluetooth-central"],
                 "args": ["--ble-monitor", json.dumps(RUUVI), "--restore-id", "ruuvi", "--ack-delay", "1.0"]},
     APPLE_APP: {"modes": ["bluetooth-central"], "args": ["--ble-monitor", json.dumps(APPLE)]},
-}, timings="suspend-grace = 0.3\nwake-budget = 3.0\n")
+}, timings="suspend-grace = 0.3\nwake-budget = 10.0\n")
 ctl = daemon.control
 
 
