@@ -270,3 +270,58 @@ class MonitorLossTests(MonitorRig):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def ruuvi_format5(sequence):
+    """RuuviTag data format 5: 21.5 C, 45 %, 1000 hPa, measurement sequence number `sequence`."""
+    import struct
+    return struct.pack(">BhHHhhhHBH6s", 5, 4300, 18000, 50000, 0, 0, 1000, (1300 << 5) | 22, sequence % 256, sequence,
+                       bytes.fromhex("C0FFEE000001"))
+
+
+@unittest.skipIf(missing(), missing() or "")
+class SensorLoggerBroadcastTests(MonitorRig):
+    """vigil-sensor-logger with VIGIL_LOGGER_RUUVI=1: a row per RuuviTag advertisement."""
+
+    def manifest(self):
+        logger = os.path.join(os.path.dirname(VIGILD), "vigil-sensor-logger")
+        self.database = f"{self.dir}/records.sqlite"
+        return (f'id = "{APP}"\n'
+                f'exec = ["{logger}"]\n'
+                'background-modes = ["bluetooth-central", "external-accessory"]\n'
+                f'environment = {{ VIGIL_LOGGER_RUUVI = "1", VIGIL_LOGGER_DB = "{self.database}" }}\n')
+
+    def rows(self):
+        import sqlite3
+        try:
+            with sqlite3.connect(self.database) as db:
+                return db.execute("SELECT sequence, temperature, humidity, pressure FROM broadcasts ORDER BY id").fetchall()
+        except sqlite3.Error:
+            return []
+
+    def test_every_ruuvitag_advertisement_is_a_row(self):
+        if not os.path.exists(os.path.join(os.path.dirname(VIGILD), "vigil-sensor-logger")):
+            self.skipTest("vigil-sensor-logger is not built")
+        self.control.app_action("launch", APP)
+        self.wait_until(lambda: any("monitoring RuuviTags" in line for line in self.app_output()), "the logger's monitor")
+        self.control.app_action("background", APP)
+        dbus = self.dbus
+        for n in range(1, 11):
+            data = dbus.Array(list(ruuvi_format5(n)), signature="y", variant_level=1)
+            self.mock.control.SetAdvertisement(self.sensor, dbus.Dictionary({
+                "ManufacturerData": dbus.Dictionary({dbus.UInt16(COMPANY): data}, signature="qv", variant_level=1),
+                "RSSI": dbus.Int16(-60, variant_level=1)}, signature="sv"))
+        self.wait_until(lambda: len(self.rows()) >= 10, "10 rows")
+        rows = self.rows()
+        self.assertEqual([r[0] for r in rows], list(range(1, 11)))
+        self.assertEqual({(round(r[1], 3), round(r[2], 3), r[3]) for r in rows}, {(21.5, 45.0, 100000.0)})
+
+    def app_output(self):
+        logs = f"{self.dir}/logs"
+        lines = []
+        with open(f"{self.dir}/vigild.log", errors="replace") as file:  # app output goes to the journal or here
+            lines += file.readlines()
+        for name in os.listdir(logs) if os.path.isdir(logs) else []:
+            with open(os.path.join(logs, name), errors="replace") as file:
+                lines += file.readlines()
+        return lines
