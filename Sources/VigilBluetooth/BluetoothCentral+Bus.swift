@@ -272,6 +272,7 @@ extension BluetoothCentral {
         }
         if interfaces.contains(BlueZ.device), let device = tree.device(at: path) {
             advertisementSeen(device)
+            if device.properties["RSSI"] != nil { monitorAdvertisement(device) }
             reconcileLink(device.address)
         }
         if interfaces.contains(BlueZ.gattCharacteristic) { characteristicAppeared(path) }
@@ -304,7 +305,10 @@ extension BluetoothCentral {
             if changed["Connected"] != nil { connectedChanged(device) }
             if changed["ServicesResolved"]?.unwrapped.bool == true { servicesResolved(device) }
             let advertised = ["RSSI", "ManufacturerData", "ServiceData", "UUIDs", "Name", "TxPower"]
-            if advertised.contains(where: { changed[$0] != nil }) { advertisementSeen(device) }
+            if advertised.contains(where: { changed[$0] != nil }) {
+                advertisementSeen(device)
+                monitorAdvertisement(device)
+            }
         case BlueZ.gattCharacteristic:
             if let value = changed["Value"]?.unwrapped.bytes { valueChanged(path, value) }
             if changed["Notifying"]?.unwrapped.bool == false, notify[path] != nil {

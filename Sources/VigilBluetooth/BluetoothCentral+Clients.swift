@@ -56,6 +56,7 @@ extension BluetoothCentral {
     private func forget(_ client: BluetoothClient) {
         guard let state = clients[client] else { return }
         clients[client] = CentralClientState(restoreIdentifier: state.restoreIdentifier)
+        for monitor in state.monitors.values { if let timer = monitor.lostTimer { loop.cancelTimer(timer) } }
         for address in state.connects.union(state.subscriptions.keys.map(\.peripheral)) {
             reconcileNotifications(address)
             reconcileLink(address)
@@ -71,5 +72,5 @@ extension BluetoothCentral {
 }
 
 extension CentralClientState {
-    var isEmpty: Bool { scan == nil && connects.isEmpty && subscriptions.isEmpty }
+    var isEmpty: Bool { scan == nil && connects.isEmpty && subscriptions.isEmpty && monitors.isEmpty }
 }

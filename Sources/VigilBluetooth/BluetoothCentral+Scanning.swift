@@ -50,6 +50,11 @@ extension BluetoothCentral {
         var uuids: Set<String> = []
         var everything = false
         for state in clients.values {
+            // A monitor's patterns are on data BlueZ cannot filter discovery by.
+            if !state.monitors.isEmpty {
+                needed = true
+                everything = true
+            }
             if let scan = state.scan {
                 needed = true
                 if let services = scan.services { uuids.formUnion(services) } else { everything = true }

@@ -26,12 +26,23 @@ public protocol BluetoothDelegate: AnyObject, Sendable {
     /// on the loop. By default each is emitted as a `ble.notification` of its own.
     func bluetooth(notifications values: [[UInt8]], of path: CharacteristicPath, to client: BluetoothClient)
     func bluetoothClientIsForeground(_ client: BluetoothClient) -> Bool
+    /// One advertisement of a device found by the client's monitor, on the
+    /// loop, in the order received. By default emitted as a
+    /// `ble.monitor.advertisements` event of its own.
+    func bluetooth(advertisement record: AdvertisementRecord, monitor: String, to client: BluetoothClient)
     /// The central's `state` changed (on the loop); by default nothing is done.
     func bluetoothStateChanged(_ state: BluetoothState)
 }
 
 extension BluetoothDelegate {
     public func bluetoothStateChanged(_ state: BluetoothState) {}
+
+    public func bluetooth(advertisement record: AdvertisementRecord, monitor: String, to client: BluetoothClient) {
+        bluetooth(
+            emit: MonitorEventKind.advertisements,
+            attributes: ["monitor": .string(monitor), "framing": .string(AdvertisementRecords.framing)],
+            body: AdvertisementRecords.encode([record]), mode: .bluetoothCentral, to: client)
+    }
 
     public func bluetooth(notifications values: [[UInt8]], of path: CharacteristicPath, to client: BluetoothClient) {
         let content = BluetoothEventContent.notification(path)
@@ -83,6 +94,8 @@ struct CentralClientState {
     var announced: Set<String> = []
     /// Characteristics this client subscribed to, and how it wants them notified.
     var subscriptions: [CharacteristicPath: NotifyPreference] = [:]
+    /// Advertisement monitors by the client's name for them (BluetoothCentral+Monitors).
+    var monitors: [String: AdvertisementMonitor] = [:]
 
     struct Scan: Equatable {
         /// Canonical UUIDs; nil: every peripheral.

@@ -72,6 +72,8 @@ public struct SavedCentral: Codable, Sendable, Equatable {
     public var scanServices: [String]?
     public var scanAll: Bool
     public var allowDuplicates: Bool
+    /// Advertisement monitors (absent from state files older than monitors).
+    public var monitors: [StartMonitor]?
 }
 
 public struct SavedSubscription: Codable, Sendable, Equatable {
@@ -98,7 +100,8 @@ extension BluetoothCentral {
                 subscriptions: state.subscriptions.map { SavedSubscription(path: $0.key, acquire: $0.value.acquire) }
                     .sorted { $0.path < $1.path },
                 scanServices: state.scan.map { ($0.services ?? []).sorted() }, scanAll: state.scan?.services == nil,
-                allowDuplicates: state.scan?.allowDuplicates ?? false)
+                allowDuplicates: state.scan?.allowDuplicates ?? false,
+                monitors: state.monitors.isEmpty ? nil : state.monitors.values.map(\.request).sorted { $0.monitor < $1.monitor })
         }
         return result
     }
@@ -112,6 +115,9 @@ extension BluetoothCentral {
             for subscription in app.subscriptions { state.subscriptions[subscription.path] = NotifyPreference(acquire: subscription.acquire) }
             if let services = app.scanServices {
                 state.scan = .init(services: app.scanAll ? nil : Set(services), allowDuplicates: app.allowDuplicates)
+            }
+            for request in app.monitors ?? [] {
+                if let monitor = try? AdvertisementMonitor(request) { state.monitors[request.monitor] = monitor }
             }
             clients[.app(id)] = state
         }

@@ -48,6 +48,7 @@ public enum StopPolicy: String, Sendable, CaseIterable {
 /// session-buffer-limit = 1048576                # bytes per accessory session, see AccessoryRule
 /// bluetooth = true                              # Bluetooth LE through BlueZ (system bus)
 /// bluetooth-request-timeout = 20.0              # s an app has to answer a central's read or write
+/// advertisement-buffer-limit = 1048576          # bytes of advertisements queued per app before loss is reported
 /// durability = "process"                        # process | power: what queued events and read bytes survive
 /// control-group = "vigil"                       # system daemon: members may use the control role ("" = root only)
 /// monitor-group = "vigil-monitor"               # system daemon: members may use its read-only requests
@@ -87,6 +88,10 @@ public struct DaemonConfig: Sendable, Equatable {
     /// Seconds an app has to answer a remote central's read or write (a wake
     /// or relaunch included) before the central gets an ATT error.
     public var bluetoothRequestTimeout = 20.0
+    /// Bytes of advertisement records (`ble.monitor.advertisements`) an app's
+    /// queue may hold unacknowledged; past it advertisements are dropped,
+    /// counted and reported to the app (`lost`).
+    public var advertisementBufferLimit = 1 << 20
     /// What the event journal survives before the daemon relies on it:
     /// `process` a crash of vigild (page cache), `power` a power loss (fdatasync).
     public var durability: Durability = .process
@@ -138,7 +143,7 @@ public struct DaemonConfig: Sendable, Equatable {
     static let knownFields: Set<String> = [
         "socket", "manifest-dirs", "state-dir", "log-dir", "cgroup-root", "suspension", "on-stop", "event-queue-limit",
         "decision-log-size", "timings", "accessory", "session-buffer-limit", "bluetooth",
-        "bluetooth-request-timeout", "durability", "control-group", "monitor-group", "app-output", "app-log-size",
+        "bluetooth-request-timeout", "advertisement-buffer-limit", "durability", "control-group", "monitor-group", "app-output", "app-log-size",
         "metrics-socket", "metrics-port", "mqtt",
     ]
     static let knownTimings: Set<String> = [
@@ -154,6 +159,7 @@ public struct DaemonConfig: Sendable, Equatable {
         public static let decisionLogSize = 1...100_000
         public static let sessionBufferLimit = 1024...(1 << 30)
         public static let bluetoothRequestTimeout: ClosedRange<Double> = 0.1...300
+        public static let advertisementBufferLimit = 1024...(1 << 30)
         public static let suspendGrace: ClosedRange<Double> = 0.1...86_400
         public static let wakeBudget: ClosedRange<Double> = 0.1...86_400
         public static let backgroundTimeLimit: ClosedRange<Double> = 1...86_400
@@ -207,6 +213,8 @@ public struct DaemonConfig: Sendable, Equatable {
         config.bluetooth = try fields.bool("bluetooth") ?? defaults.bluetooth
         config.bluetoothRequestTimeout =
             try fields.seconds("bluetooth-request-timeout", in: Ranges.bluetoothRequestTimeout) ?? defaults.bluetoothRequestTimeout
+        config.advertisementBufferLimit =
+            try fields.integer("advertisement-buffer-limit", in: Ranges.advertisementBufferLimit) ?? defaults.advertisementBufferLimit
         if let name = try fields.string("durability") {
             guard let durability = Durability(rawValue: name) else {
                 throw fields.problem("durability", "must be one of process, power")

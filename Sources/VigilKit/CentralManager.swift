@@ -158,6 +158,32 @@ public final class CentralManager: Sendable {
     }
 
     /// The peripheral at `address`, to use its GATT services (it must be connected for that).
+    /// Starts (or replaces) an advertisement monitor: devices whose
+    /// advertisements match any of `patterns` are reported found and lost, and
+    /// (with `advertisements`) every advertisement of a found device comes as
+    /// `.advertisement`, batched while the app is suspended. Allowed in the
+    /// background; the app is woken or relaunched for its events.
+    public func startMonitor(
+        _ monitor: String, patterns: [MonitorPattern], rssiFound: Int? = nil, rssiLost: Int? = nil,
+        lostTimeout: Double? = nil, advertisements: Bool = true
+    ) async throws {
+        _ = try await request(
+            StartMonitor(
+                monitor: monitor, patterns: patterns, rssiFound: rssiFound, rssiLost: rssiLost, lostTimeout: lostTimeout,
+                advertisements: advertisements ? nil : false),
+            expecting: Done.self)
+    }
+
+    public func stopMonitor(_ monitor: String) async throws {
+        _ = try await request(StopMonitor(monitor: monitor), expecting: Done.self)
+    }
+
+    /// The app's monitors, the devices each has found, and its counts of
+    /// advertisements delivered and lost.
+    public func monitors() async throws -> [MonitorInfo] {
+        try await request(ListMonitors(), expecting: MonitorList.self).monitors
+    }
+
     public func peripheral(_ address: String) -> Peripheral {
         Peripheral(address: address, application: application)
     }
@@ -197,6 +223,15 @@ public enum CentralEvent: Sendable, Equatable {
     /// under its identity address now (the first), was the second. The app's
     /// connect request and subscriptions moved with it.
     case addressChanged(String, previous: String)
+    /// A device matched the monitor (`CentralManager.startMonitor`).
+    case monitorFound(monitor: String, peripheral: String, rssi: Int?, name: String?)
+    /// No matching advertisement of a found device for the monitor's `lostTimeout`.
+    case monitorLost(monitor: String, peripheral: String)
+    /// One advertisement of a found device, as data, in the order received.
+    case advertisement(monitor: String, AdvertisementRecord)
+    /// The daemon dropped this many advertisements of the monitor because the
+    /// app fell behind (its queue was full); comes before the next ones delivered.
+    case advertisementsLost(monitor: String, count: Int)
 
     init(_ content: BluetoothEventContent, payload: [UInt8]) {
         switch content {
@@ -210,6 +245,29 @@ public enum CentralEvent: Sendable, Equatable {
         case let .pairingCancelled(request, peripheral, reason):
             self = .pairingCancelled(request: request, peripheral: peripheral, reason: reason)
         case let .addressChanged(peripheral, previous): self = .addressChanged(peripheral, previous: previous)
+        case let .monitorFound(monitor, peripheral, rssi, name):
+            self = .monitorFound(monitor: monitor, peripheral: peripheral, rssi: rssi, name: name)
+        case let .monitorLost(monitor, peripheral): self = .monitorLost(monitor: monitor, peripheral: peripheral)
+        case let .advertisements(monitor, lost):
+            // One record (a vigilctl push); a batch goes through `elements`.
+            let record = (try? AdvertisementRecords.decode(payload, attributes: content.attributes))?.first
+            self = record.map { .advertisement(monitor: monitor, $0) } ?? .advertisementsLost(monitor: monitor, count: lost)
+        }
+    }
+
+    /// Every event one `ble.*` event or push stands for, in order (a batch of
+    /// notifications or advertisements is many). Nil for a body that cannot be read.
+    static func all(_ content: BluetoothEventContent, payload: [UInt8], attributes: [String: JSONValue]) -> [CentralEvent]? {
+        switch content {
+        case let .notification(path):
+            guard let values = try? NotificationValues.decode(payload, attributes: attributes, path: path) else { return nil }
+            return values.map { .valueUpdated($0.path, $0.value) }
+        case let .advertisements(monitor, lost):
+            guard let records = try? AdvertisementRecords.decode(payload, attributes: attributes) else { return nil }
+            return (lost > 0 ? [.advertisementsLost(monitor: monitor, count: lost)] : [])
+                + records.map { .advertisement(monitor: monitor, $0) }
+        default:
+            return [CentralEvent(content, payload: payload)]
         }
     }
 
@@ -217,9 +275,7 @@ public enum CentralEvent: Sendable, Equatable {
     /// carries one value or, framed, a batch (`NotificationValues`): one
     /// `valueUpdated` each. Nil for a notification whose body cannot be read.
     static func elements(_ content: BluetoothEventContent, _ event: AppEvent) -> [CentralEvent]? {
-        guard case let .notification(path) = content else { return [CentralEvent(content, payload: event.payload)] }
-        guard let values = try? NotificationValues.decode(event.payload, attributes: event.attributes, path: path) else { return nil }
-        return values.map { .valueUpdated($0.path, $0.value) }
+        all(content, payload: event.payload, attributes: event.attributes)
     }
 }
 

@@ -40,6 +40,21 @@ extension ControlClient {
         _ = try await connection.request(StopScan(), expecting: Done.self)
     }
 
+    /// Starts an advertisement monitor for this connection (`vigilctl ble
+    /// monitor`): `.monitorFound`, `.monitorLost` and one `.advertisement` per
+    /// advertisement come through `bluetoothEvents()`.
+    public func startMonitor(_ request: StartMonitor) async throws {
+        _ = try await connection.request(request, expecting: Done.self)
+    }
+
+    public func stopMonitor(_ monitor: String) async throws {
+        _ = try await connection.request(StopMonitor(monitor: monitor), expecting: Done.self)
+    }
+
+    public func monitors() async throws -> [MonitorInfo] {
+        try await connection.request(ListMonitors(), expecting: MonitorList.self).monitors
+    }
+
     /// Asks for a connection; never times out (`.connected` comes when it is up).
     public func connectPeripheral(_ address: String) async throws {
         _ = try await connection.request(ConnectPeripheral(peripheral: address), expecting: Done.self)

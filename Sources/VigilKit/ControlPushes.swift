@@ -67,8 +67,8 @@ final class ControlPushes: Sendable {
                 return
             }
             guard let content = try BluetoothEventContent(kind: push.kind, attributes: push.attributes) else { return }
-            let event = CentralEvent(content, payload: message.body)
-            for watcher in state.withLock({ Array($0.bluetooth.values) }) { watcher.yield(event) }
+            let events = CentralEvent.all(content, payload: message.body, attributes: push.attributes) ?? []
+            for watcher in state.withLock({ Array($0.bluetooth.values) }) { for event in events { watcher.yield(event) } }
             if case let .state(bluetooth) = content {
                 for watcher in state.withLock({ Array($0.peripheral.values) }) { watcher.yield(.stateChanged(bluetooth)) }
             }

@@ -26,6 +26,13 @@ public enum BluetoothEventContent: Sendable, Equatable {
     /// `ble.addressChanged`: `peripheral` (the identity address BlueZ now
     /// reports), `previous` (the resolvable private address it had).
     case addressChanged(peripheral: String, previous: String)
+    /// `ble.monitor.found`: `monitor`, `peripheral`, `rssi`, `name` (the last two if known).
+    case monitorFound(monitor: String, peripheral: String, rssi: Int?, name: String?)
+    /// `ble.monitor.lost`: `monitor`, `peripheral`.
+    case monitorLost(monitor: String, peripheral: String)
+    /// `ble.monitor.advertisements`: `monitor`, `framing`, `lost` (when > 0);
+    /// the records in the body (`AdvertisementRecords`).
+    case advertisements(monitor: String, lost: Int)
 
     /// Decodes an event of a Bluetooth kind; nil for any other kind (including
     /// `ble.*` kinds this version does not know). Malformed attributes of a
@@ -69,6 +76,18 @@ public enum BluetoothEventContent: Sendable, Equatable {
             self = .addressChanged(
                 peripheral: try Self.string("peripheral", in: attributes, of: kind),
                 previous: try Self.string("previous", in: attributes, of: kind))
+        case MonitorEventKind.found:
+            let rssi: Int? = if case let .number(value)? = attributes["rssi"], value.isFinite, abs(value) < 1000 { Int(value) } else { nil }
+            self = .monitorFound(
+                monitor: try Self.string("monitor", in: attributes, of: kind),
+                peripheral: try Self.string("peripheral", in: attributes, of: kind), rssi: rssi, name: attributes["name"]?.stringValue)
+        case MonitorEventKind.lost:
+            self = .monitorLost(
+                monitor: try Self.string("monitor", in: attributes, of: kind),
+                peripheral: try Self.string("peripheral", in: attributes, of: kind))
+        case MonitorEventKind.advertisements:
+            let lost: Int = if case let .number(value)? = attributes["lost"], value.isFinite, value >= 0, value < 1e15 { Int(value) } else { 0 }
+            self = .advertisements(monitor: try Self.string("monitor", in: attributes, of: kind), lost: lost)
         default:
             return nil
         }
@@ -90,6 +109,9 @@ public enum BluetoothEventContent: Sendable, Equatable {
         case .pairingRequest: BluetoothEventKind.pairingRequest
         case .pairingCancelled: BluetoothEventKind.pairingCancelled
         case .addressChanged: BluetoothEventKind.addressChanged
+        case .monitorFound: MonitorEventKind.found
+        case .monitorLost: MonitorEventKind.lost
+        case .advertisements: MonitorEventKind.advertisements
         }
     }
 
@@ -112,6 +134,15 @@ public enum BluetoothEventContent: Sendable, Equatable {
             ["request": .number(Double(request)), "peripheral": .string(peripheral), "reason": .string(reason)]
         case let .addressChanged(peripheral, previous):
             ["peripheral": .string(peripheral), "previous": .string(previous)]
+        case let .monitorFound(monitor, peripheral, rssi, name):
+            ["monitor": .string(monitor), "peripheral": .string(peripheral)]
+                .merging(rssi.map { ["rssi": JSONValue.number(Double($0))] } ?? [:]) { a, _ in a }
+                .merging(name.map { ["name": JSONValue.string($0)] } ?? [:]) { a, _ in a }
+        case let .monitorLost(monitor, peripheral):
+            ["monitor": .string(monitor), "peripheral": .string(peripheral)]
+        case let .advertisements(monitor, lost):
+            ["monitor": .string(monitor), "framing": .string(AdvertisementRecords.framing)]
+                .merging(lost > 0 ? ["lost": JSONValue.number(Double(lost))] : [:]) { a, _ in a }
         }
     }
 
@@ -125,6 +156,8 @@ public enum BluetoothEventContent: Sendable, Equatable {
         case let .pairingRequest(prompt): prompt.peripheral
         case let .pairingCancelled(_, peripheral, _): peripheral
         case let .addressChanged(peripheral, _): peripheral
+        case let .monitorFound(_, peripheral, _, _), let .monitorLost(_, peripheral): peripheral
+        case .advertisements: nil
         }
     }
 

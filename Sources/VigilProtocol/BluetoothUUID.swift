@@ -33,6 +33,25 @@ public enum BluetoothUUID {
         return head.hasPrefix("0000") ? String(head.dropFirst(4)) : String(head)
     }
 
+    /// The 16-bit value of a UUID on the Bluetooth base ("0000xxxx-..."), else nil:
+    /// how advertising data carries it (AD types 0x03, 0x16).
+    public static func shortValue(_ uuid: String) -> UInt16? {
+        guard let full = normalize(uuid), full.hasSuffix(baseSuffix), full.hasPrefix("0000") else { return nil }
+        return UInt16(full.dropFirst(4).prefix(4), radix: 16)
+    }
+
+    /// The 16 bytes of a UUID, most significant first (advertising data carries them reversed).
+    public static func bytes(_ uuid: String) -> [UInt8]? {
+        guard let full = normalize(uuid) else { return nil }
+        let digits = Array(full.filter { $0 != "-" })
+        var result: [UInt8] = []
+        for index in stride(from: 0, to: digits.count, by: 2) {
+            guard let byte = UInt8(String(digits[index..<index + 2]), radix: 16) else { return nil }
+            result.append(byte)
+        }
+        return result.count == 16 ? result : nil
+    }
+
     /// Whether two spellings name the same UUID.
     public static func matches(_ lhs: String, _ rhs: String) -> Bool {
         guard let lhs = normalize(lhs), let rhs = normalize(rhs) else { return lhs.lowercased() == rhs.lowercased() }

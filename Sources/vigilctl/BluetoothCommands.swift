@@ -13,7 +13,7 @@ struct Ble: AsyncParsableCommand {
         subcommands: [
             BleState.self, BleDevices.self, BleScan.self, BleConnect.self, BleDisconnect.self,
             BleGATT.self, BleRead.self, BleWrite.self, BleNotify.self, BleServe.self, BleL2CAP.self,
-            BlePair.self, BleUnpair.self, BleTrust.self,
+            BlePair.self, BleUnpair.self, BleTrust.self, BleMonitor.self,
         ]
     )
 }

@@ -1474,6 +1474,14 @@ def _c_set_advertisement(o, s, dev, props):
     _set_props(obj, DEVICE_IFACE, props)
 
 
+def _c_advertise_many(o, s, dev, series):
+    """Advertisements back to back: one PropertiesChanged per entry, in order
+    (a broadcaster faster than an app's wake-ups)."""
+    obj = _obj(dev)
+    for props in series:
+        _set_props(obj, DEVICE_IFACE, props)
+
+
 def _c_device_away(o, s, dev, remove):
     dev = str(dev)
     d = _dev(dev)
@@ -1651,6 +1659,7 @@ CONTROL_METHODS = [
     ('AddGattDescriptor', 'osasay', 'o',
      lambda o, s, c, u, f, v: dbus.ObjectPath(_add_desc(c, u, [str(x) for x in f], bytes(v))), False),
     ('SetAdvertisement', 'oa{sv}', '', _c_set_advertisement, False),
+    ('AdvertiseMany', 'oaa{sv}', '', _c_advertise_many, False),
     ('RemoveDevice', 'o', '', lambda o, s, d: _remove_device(str(d)), False),
     ('DeviceAway', 'ob', '', _c_device_away, False),
     ('DeviceBack', 'o', '', _c_device_back, False),

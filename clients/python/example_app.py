@@ -9,7 +9,9 @@ be checked byte for byte), acknowledges each event and then, in the
 background, says it has finished processing, so the daemon may suspend it at
 once. A `ble.notification`
 event gets one line per value it carries (`payloadHex` the value, `attributes`
-its characteristic, `batch` how many the event held), written at once.
+its characteristic, `batch` how many the event held), written at once; a
+`ble.monitor.advertisements` event one line per advertisement (`address`,
+`rssi`, `manufacturer` company -> data hex, `batch`, `lost`).
 """
 
 import argparse
@@ -21,6 +23,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from vigil_client import AppClient, Event, Lifecycle, VigilError, monotonic_ns  # noqa: E402
+from vigil.monitor import advertisement_records  # noqa: E402
 
 
 # finishedProcessing matters only in the background (in the foreground the
@@ -48,6 +51,8 @@ def main():
     parser.add_argument("--ble-acquire", choices=["auto", "true", "false"], default="auto",
                         help="ble.notify's acquire: auto (absent: AcquireNotify where possible), true or false (StartNotify)")
     parser.add_argument("--restore-id", default=None, help="the central or peripheral manager's restore identifier")
+    parser.add_argument("--ble-monitor", action="append", default=[], metavar="MONITOR_JSON",
+                        help="start this advertisement monitor (ble.monitor.start's members; repeatable)")
     parser.add_argument("--ble-serve", default=None, metavar="SERVICE_JSON",
                         help="publish this GATT service (ble.addService's `service`); answer reads of dynamic "
                              "characteristics with value-N (N counting reads) and accept writes")
@@ -97,12 +102,15 @@ def main():
         if options.accessory_protocol:
             app.register_for_accessory_notifications()
             open_session(app.accessories())
-        if options.ble_peripheral:
+        if options.ble_peripheral or options.ble_monitor:
             members = {"restoreIdentifier": options.restore_id} if options.restore_id else {}
             registered = app.request("ble.registerCentral", **members)
             restored = registered.get("restored")
             record(kind="centralRegistered", state=registered["state"], restored=restored)
-            if restored is None:
+            if restored is None and options.ble_monitor:
+                for monitor in options.ble_monitor:
+                    app.request("ble.monitor.start", **json.loads(monitor))
+            if restored is None and options.ble_peripheral:
                 app.request("ble.connect", peripheral=options.ble_peripheral)
                 acquire = {} if options.ble_acquire == "auto" else {"acquire": options.ble_acquire == "true"}
                 for path in options.ble_notify:
@@ -135,6 +143,19 @@ def main():
                                              "characteristic": v.characteristic},
                                  payloadHex=v.value.hex(), batch=len(item.values)) for v in item.values]
                            + [dict(kind="finished", seq=item.seq)])
+                if options.ack_delay > 0:
+                    time.sleep(options.ack_delay)
+                app.ack(item.seq)
+                if app.state not in FOREGROUND:
+                    app.finished_processing()
+            elif isinstance(item, Event) and item.kind == "ble.monitor.advertisements":
+                # One line per advertisement and the end of the handling, in one write.
+                records = advertisement_records(item.attributes, item.payload)
+                record_all([dict(kind="advertisement", seq=item.seq, monitor=item.attributes.get("monitor"),
+                                 lost=item.attributes.get("lost", 0), address=r.address, rssi=r.rssi,
+                                 manufacturer={str(k): v.hex() for k, v in r.manufacturer_data.items()},
+                                 received=r.time, batch=len(records), redelivered=item.redelivered)
+                            for r in records] + [dict(kind="finished", seq=item.seq)])
                 if options.ack_delay > 0:
                     time.sleep(options.ack_delay)
                 app.ack(item.seq)

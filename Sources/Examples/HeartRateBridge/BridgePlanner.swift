@@ -63,6 +63,8 @@ struct BridgePlanner: Sendable, Equatable {
             // connect request and subscription; follow it.
             if target.map({ $0.uppercased() == previous.uppercased() }) == true { target = identity }
             return []
+        case .monitorFound, .monitorLost, .advertisement, .advertisementsLost:
+            return []  // the bridge starts no advertisement monitor
         case .pairingRequest, .pairingCancelled:
             // A monitor that needs a bond pairs with Just Works, which vigild
             // accepts for a device the bridge connects to; passkeys are not asked here.

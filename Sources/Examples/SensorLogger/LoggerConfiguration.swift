@@ -21,6 +21,10 @@ struct LoggerConfiguration: Sendable {
     /// records to TOPIC through vigild's broker connection (store-and-forward,
     /// docs/fleet.md), as one JSON message per batch.
     var mqttTopic: String?
+    /// `VIGIL_LOGGER_RUUVI=1`: also log RuuviTags (broadcast sensors, data
+    /// format 5) through an advertisement monitor (`Broadcasts`); the
+    /// manifest needs the `bluetooth-central` background mode.
+    var ruuvi: Bool
 
     init(environment: [String: String] = ProcessInfo.processInfo.environment, arguments: [String] = CommandLine.arguments) {
         func value(_ name: String) -> String? { environment[name].flatMap { $0.isEmpty ? nil : $0 } }
@@ -30,6 +34,7 @@ struct LoggerConfiguration: Sendable {
         lineSettings = value("VIGIL_LOGGER_LINE_SETTINGS")
         crashAfterBatch = value("VIGIL_LOGGER_CRASH_AFTER_BATCH").flatMap(Int.init)
         mqttTopic = value("VIGIL_LOGGER_MQTT_TOPIC")
+        ruuvi = value("VIGIL_LOGGER_RUUVI") == "1"
         if let flag = arguments.firstIndex(of: "--mqtt"), flag + 1 < arguments.count, !arguments[flag + 1].isEmpty {
             mqttTopic = arguments[flag + 1]
         }

@@ -90,6 +90,25 @@ final class RecordStore: Sendable {
                 CREATE INDEX chunks_by_session ON chunks (session, id);
                 """)
         }
+        migrator.registerMigration("v2 broadcasts") { db in
+            // One row per advertisement of a broadcast sensor (RuuviTag format 5),
+            // unique on the sensor and vigild's receive time: a batch handed
+            // again after a crash is not stored twice.
+            try db.execute(sql: """
+                CREATE TABLE broadcasts (
+                    id INTEGER PRIMARY KEY,
+                    address TEXT NOT NULL,
+                    receivedAtNs INTEGER NOT NULL,
+                    rssi INTEGER,
+                    sequence INTEGER,
+                    temperature REAL,
+                    humidity REAL,
+                    pressure REAL,
+                    batteryVoltage REAL
+                );
+                CREATE UNIQUE INDEX broadcasts_by_time ON broadcasts (address, receivedAtNs);
+                """)
+        }
         return migrator
     }
 
@@ -99,6 +118,26 @@ final class RecordStore: Sendable {
         /// Records already in the table (a redelivered chunk), left alone.
         var duplicates = 0
         var totalRecords = 0
+    }
+
+    /// Stores broadcast readings (one transaction); returns how many were new.
+    func commit(broadcasts: [BroadcastReading]) async throws -> Int {
+        try await queue.write { db in
+            let insert = try db.cachedStatement(sql: """
+                INSERT OR IGNORE INTO broadcasts
+                    (address, receivedAtNs, rssi, sequence, temperature, humidity, pressure, batteryVoltage)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                """)
+            var inserted = 0
+            for row in broadcasts {
+                try insert.execute(arguments: [
+                    row.address, Int64(truncatingIfNeeded: row.receivedAtNs), row.rssi, row.reading.sequence,
+                    row.reading.temperature, row.reading.humidity, row.reading.pressure, row.reading.batteryVoltage,
+                ])
+                inserted += db.changesCount
+            }
+            return inserted
+        }
     }
 
     /// Stores the batch's records and the stream state after it, in one transaction.

@@ -10,7 +10,8 @@ import VigilKit
 /// crash means the burst comes again (stored once: `INSERT OR IGNORE`).
 ///
 /// Environment: `VIGIL_LOGGER_PROTOCOL`, `VIGIL_LOGGER_DB`, `VIGIL_LOGGER_STATS`,
-/// `VIGIL_LOGGER_LINE_SETTINGS`, `VIGIL_LOGGER_CRASH_AFTER_BATCH` (see `LoggerConfiguration`).
+/// `VIGIL_LOGGER_LINE_SETTINGS`, `VIGIL_LOGGER_CRASH_AFTER_BATCH`, `VIGIL_LOGGER_RUUVI` (see `LoggerConfiguration`).
+/// With `VIGIL_LOGGER_RUUVI=1` it logs RuuviTag broadcasts too (`Broadcasts`).
 @main
 struct SensorLoggerApp {
     static func main() async {
@@ -49,6 +50,10 @@ struct SensorLoggerApp {
                 }
                 await app.finishedProcessing()
             }
+        }
+        if configuration.ruuvi {
+            let broadcasts = Broadcasts(app: app, store: store, mqttTopic: configuration.mqttTopic)
+            Task { await broadcasts.run() }
         }
         await attachments.rescan("launch")
         await app.finishedProcessing()

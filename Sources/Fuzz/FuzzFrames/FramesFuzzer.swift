@@ -123,6 +123,7 @@ public enum FramesFuzzer {
         StartScan.self, StopScan.self, ListPeripherals.self, PeripheralList.self, ConnectPeripheral.self,
         CancelPeripheralConnection.self, DiscoverServices.self, GATTServices.self, ReadCharacteristic.self,
         CharacteristicValue.self, WriteCharacteristic.self, SetNotify.self, BluetoothPush.self,
+        StartMonitor.self, StopMonitor.self, ListMonitors.self, MonitorList.self,
         // Bluetooth LE peripheral
         RegisterPeripheral.self, PeripheralRegistered.self, AddService.self, RemoveService.self,
         StartAdvertising.self, StopAdvertising.self, RespondToRequest.self, UpdateValue.self, ValueUpdated.self,

@@ -33,6 +33,9 @@ extension BluetoothComponent {
             guard let peripheral else { throw ProtocolError(.unavailable, "Bluetooth is disabled", id: id) }
             return try handlePeripheralRequest(message, peripheral, client: client, connection: connection, services: services)
         }
+        if Self.monitorRequests.contains(message.type) {
+            return try handleMonitorRequest(message, central, client: client, connection: connection, services: services)
+        }
         if Self.pairingRequests.contains(message.type) {
             return try handlePairingRequest(message, central, client: client, connection: connection, services: services)
         }

@@ -14,19 +14,21 @@ import VigilProtocol
 final class BluetoothComponent: DaemonComponent {
     let name = "bluetooth"
     let requestTypes = BluetoothComponent.centralRequests.union(BluetoothComponent.peripheralRequests)
-        .union(BluetoothComponent.pairingRequests)
+        .union(BluetoothComponent.pairingRequests).union(BluetoothComponent.monitorRequests)
 
     /// nil while stopped or disabled by the config.
     private(set) var central: BluetoothCentral?
     private(set) var peripheral: BluetoothPeripheral?
     /// The roles' delegate (they hold it weakly).
     private var events: (any BluetoothDelegate)?
+    /// Per client and monitor: advertisements delivered and lost (BluetoothComponent+Monitors).
+    var monitorDeliveries: [BluetoothClient: [String: MonitorDeliveries]] = [:]
 
     /// The requests whose effect is in the state file (`save`).
     static let intentRequests: Set<String> = [
         RegisterCentral.type, StartScan.type, StopScan.type, ConnectPeripheral.type, CancelPeripheralConnection.type,
         SetNotify.type, RegisterPeripheral.type, AddService.type, RemoveService.type, StartAdvertising.type,
-        StopAdvertising.type,
+        StopAdvertising.type, StartMonitor.type, StopMonitor.type,
     ]
 
     func start<S: DaemonServices>(restoring saved: DaemonSnapshot, services: isolated S) throws {
@@ -114,6 +116,7 @@ final class BluetoothComponent: DaemonComponent {
         guard new == .notRunning, let central else { return }
         let keep = !(services.engine.apps[app]?.forceQuit ?? true)
         central.assumeIsolated { $0.clientEnded(.app(app), keep: keep) }
+        if !keep { forgetMonitorDeliveries(of: .app(app)) }
         if let peripheral { services.loop.task { await peripheral.clientEnded(.app(app), keep: keep) } }
         for observer in services.components(BluetoothLinkObserver.self) {
             observer.bluetoothClientEnded(.app(app), keep: keep, services: services)
@@ -127,6 +130,7 @@ final class BluetoothComponent: DaemonComponent {
             observer.bluetoothClientEnded(client, keep: false, services: services)
         }
         central?.assumeIsolated { $0.clientEnded(client, keep: false) }
+        forgetMonitorDeliveries(of: client)
         if let peripheral { services.loop.task { await peripheral.clientEnded(client, keep: false) } }
     }
 
@@ -204,6 +208,12 @@ private final class BluetoothEvents<S: DaemonServices>: BluetoothDelegate {
     func bluetooth(notifications values: [[UInt8]], of path: CharacteristicPath, to client: BluetoothClient) {
         services.callback(BluetoothComponent.self) { bluetooth, services in
             bluetooth.deliverNotifications(values, of: path, to: client, services: services)
+        }()
+    }
+
+    func bluetooth(advertisement record: AdvertisementRecord, monitor: String, to client: BluetoothClient) {
+        services.callback(BluetoothComponent.self) { bluetooth, services in
+            bluetooth.deliverAdvertisement(record, monitor: monitor, to: client, services: services)
         }()
     }
 

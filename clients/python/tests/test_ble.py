@@ -35,6 +35,28 @@ async def test_scan_connect_discover_read_and_notify(bluez_mock: BluetoothMock, 
         assert not client.is_connected
 
 
+async def test_a_monitor_gives_found_every_advertisement_in_bleaks_shape_and_lost(
+        bluez_mock: BluetoothMock, vigild: VigilDaemon) -> None:
+    sensor, other = "C0:DE:00:00:00:62", "C0:DE:00:00:00:63"
+    async with vigil.Control(vigild.socket) as control:
+        central = await control.central()
+        await central.wait_powered_on(20)
+        pattern = vigil.pattern("manufacturer", company=0x0499, prefix=b"\x05")
+        async with central.monitor("ruuvi", [pattern], lost_timeout=1) as monitor:
+            items = monitor.items()
+            bluez_mock.advertise(other, {0x004C: b"\x05\x01"})  # another company: no match
+            for n in range(1, 4):
+                bluez_mock.advertise(sensor, {0x0499: bytes([5, n])})
+            seen = [await asyncio.wait_for(anext(items), 20) for _ in range(4)]
+            assert seen[0] == vigil.Found(sensor, -60, None)
+            readings = [item for item in seen[1:] if isinstance(item, vigil.AdvertisementData)]
+            assert [r.manufacturer_data[0x0499] for r in readings] == [b"\x05\x01", b"\x05\x02", b"\x05\x03"]
+            assert all(r.address == sensor and r.rssi == -60 for r in readings)
+            assert await asyncio.wait_for(anext(items), 20) == vigil.Lost(sensor)
+            listed = await central.monitors()
+            assert [(m["monitor"], m["delivered"], m["lost"]) for m in listed] == [("ruuvi", 3, 0)]
+
+
 def test_an_app_peripheral_answers_reads_and_is_woken_for_them(bluez_mock: BluetoothMock, vigild: VigilDaemon,
                                                                recorder) -> None:
     app = recorder("org.example.py.server", "--serve", background_modes=["bluetooth-peripheral"])

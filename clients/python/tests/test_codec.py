@@ -52,3 +52,25 @@ def test_ledger_acknowledges_up_to_the_oldest_held_event() -> None:
 def test_uuid_short_forms() -> None:
     assert vigil.normalize_uuid("0x2A37") == "00002a37-0000-1000-8000-00805f9b34fb"
     assert vigil.normalize_uuid("180d") == "0000180d-0000-1000-8000-00805f9b34fb"
+
+
+def test_advertisement_records_decode_in_order_with_bleaks_shape() -> None:
+    ruuvi = bytes([0x1B, 0xFF, 0x99, 0x04, 0x05]) + bytes(23)
+    service = bytes([0x05, 0x16, 0xD2, 0xFC, 0x40, 0x01])
+    name = bytes([0x05, 0x09]) + b"Ruuv"
+
+    def record(time_ns: int, rssi: int, data: bytes) -> bytes:
+        head = struct.pack("<Q", time_ns) + bytes.fromhex("C0DE00000062") + bytes([1]) + struct.pack("b", rssi)
+        return struct.pack("<H", len(head) + len(data)) + head + data
+
+    body = record(1_764_300_000_500_000_000, -61, name + ruuvi + service) + record(1, 127, b"")
+    first, second = vigil.advertisement_records({"monitor": "ruuvi", "framing": "adv1"}, body)
+    assert (first.address, first.rssi, first.local_name, first.random_address) == ("C0:DE:00:00:00:62", -61, "Ruuv", True)
+    assert first.manufacturer_data == {0x0499: bytes([5]) + bytes(23)}
+    assert first.service_data == {"0000fcd2-0000-1000-8000-00805f9b34fb": b"\x40\x01"}
+    assert abs(first.time - 1_764_300_000.5) < 1e-6
+    assert (second.rssi, second.raw) == (None, b"")
+    with pytest.raises(vigil.VigilError):
+        vigil.advertisement_records({"framing": "adv1"}, body[:-1] + b"\x00\x00")
+    with pytest.raises(vigil.VigilError):
+        vigil.advertisement_records({"framing": "adv9"}, body)

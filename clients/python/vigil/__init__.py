@@ -30,6 +30,7 @@ from .ble import (
     Services, UpdateResult, characteristic_definition, normalize_uuid, service_definition,
 )
 from .control import Control
+from .monitor import AdvertisementData, AdvertisementMonitor, Dropped, Found, Lost, advertisement_records, pattern
 from .l2cap import L2CAPChannel
 from .records import AppInfo, Decision, DeviceChange, Task
 
@@ -45,4 +46,5 @@ __all__ = [
     "Lifecycle", "BLEClient", "Central", "Characteristic", "Descriptor", "Device", "PeripheralManager",
     "PeripheralRequest", "Scanner", "Service", "Services", "UpdateResult", "characteristic_definition",
     "normalize_uuid", "service_definition", "Control", "L2CAPChannel", "__version__",
+    "AdvertisementData", "AdvertisementMonitor", "Dropped", "Found", "Lost", "advertisement_records", "pattern",
 ]

@@ -18,6 +18,7 @@ from ._gatt import Characteristic, CharacteristicSpecifier, Device, Services, no
 from ._ledger import Token
 from ._mailbox import Mailbox
 from ._payloads import NotificationValue, notification_values
+from .monitor import AdvertisementMonitor, Dropped, Found, Lost, advertisement_records
 
 if TYPE_CHECKING:
     from ._client import Client
@@ -52,6 +53,7 @@ class Central:
         self._events: Mailbox[tuple[str, Mapping[str, Any], bytes, Token | None]] = Mailbox()
         self._scanners: list[Scanner] = []
         self._clients: dict[str, BLEClient] = {}
+        self._monitors: dict[str, AdvertisementMonitor] = {}
         self._state_changed = asyncio.Event()
         self._pump: asyncio.Task[None] | None = None
         self.state_callback: Callable[[str], Any] | None = None
@@ -80,6 +82,8 @@ class Central:
         self._events.close()
         for scanner in self._scanners:
             scanner._found.close()
+        for monitor in self._monitors.values():
+            monitor._items.close()
         for client in self._clients.values():
             client._lost("the connection to vigild was lost")
 
@@ -122,6 +126,21 @@ class Central:
         elif kind == "ble.pairingRequest":
             if self.pairing_callback is not None:
                 await _call(self.pairing_callback, attributes)
+        elif kind.startswith("ble.monitor."):
+            monitor = self._monitors.get(str(attributes.get("monitor", "")))
+            if monitor is None:
+                return
+            if kind == "ble.monitor.found":
+                rssi, name = attributes.get("rssi"), attributes.get("name")
+                monitor._put(Found(str(attributes.get("peripheral", "")), None if rssi is None else int(rssi),
+                                   None if name is None else str(name)))
+            elif kind == "ble.monitor.lost":
+                monitor._put(Lost(str(attributes.get("peripheral", ""))))
+            elif kind == "ble.monitor.advertisements":
+                if attributes.get("lost"):
+                    monitor._put(Dropped(int(attributes["lost"])))
+                for record in advertisement_records(attributes, body):
+                    monitor._put(record)
         elif kind == "ble.notification":
             for value in notification_values(attributes, body):
                 client = self._clients.get(value.peripheral.upper())
@@ -199,6 +218,20 @@ class Central:
             except TimeoutError:
                 return None
         return None
+
+    def monitor(self, name: str, patterns: Iterable[Mapping[str, Any]], *, rssi_found: int | None = None,
+                rssi_lost: int | None = None, lost_timeout: float | None = None,
+                advertisements: bool = True) -> AdvertisementMonitor:
+        """An advertisement monitor (`vigil.monitor.pattern` makes patterns):
+        `async with central.monitor("ruuvi", [pattern("manufacturer", company=0x0499)]) as m:`.
+        Allowed in the background; an app is woken for its events."""
+        return AdvertisementMonitor(self, name, patterns, rssi_found=rssi_found, rssi_lost=rssi_lost,
+                                    lost_timeout=lost_timeout, advertisements=advertisements)
+
+    async def monitors(self) -> list[Mapping[str, Any]]:
+        """This client's monitors as the daemon runs them (found devices, delivered and lost counts)."""
+        reply = await self._client.request("ble.monitors")
+        return list(reply.get("monitors") or ())
 
     def client(self, address: str | Device, disconnected_callback: Callable[[BLEClient], Any] | None = None
                ) -> BLEClient:

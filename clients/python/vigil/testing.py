@@ -650,6 +650,18 @@ class BluetoothMock:
         return int(self.control.NotifyHeartRate(self.devices[address.upper()], dbus.UInt16(bpm),
                                                 dbus.Array([], signature="q")))
 
+    def advertise(self, address: str, manufacturer_data: dict[int, bytes], rssi: int = -60) -> None:
+        """One advertisement of a broadcast sensor (a device added on first use): one
+        PropertiesChanged of its ManufacturerData and RSSI, as bluetoothd emits for new data."""
+        import dbus
+        key = address.upper()
+        if key not in self.devices:
+            self.devices[key] = str(self.control.AddLEDevice("hci0", key, "", dbus.Dictionary({}, signature="sv")))
+        data = dbus.Dictionary({dbus.UInt16(company): dbus.Array(list(value), signature="y", variant_level=1)
+                                for company, value in manufacturer_data.items()}, signature="qv", variant_level=1)
+        self.control.SetAdvertisement(self.devices[key], dbus.Dictionary(
+            {"ManufacturerData": data, "RSSI": dbus.Int16(rssi, variant_level=1)}, signature="sv"))
+
     def served_characteristic(self, uuid: str) -> str | None:
         """The D-Bus path of a characteristic some app (through vigild) published, or None."""
         from .ble import normalize_uuid
