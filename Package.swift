@@ -215,7 +215,7 @@ let package = Package(
             name: "FuzzTOML", dependencies: ["FuzzSupport", "VigilConfig", "VigilLifecycle", "VigilProtocol", "VigilTOML"], path: "Sources/Fuzz/FuzzTOML",
             swiftSettings: strict),
 
-        .testTarget(name: "VigilTimelineTests", dependencies: ["VigilTimeline"], swiftSettings: strict),
+        .testTarget(name: "VigilTimelineTests", dependencies: ["VigilTimeline"], exclude: ["Golden"], swiftSettings: strict),
         .testTarget(name: "VigilSystemTests", dependencies: ["VigilSystem"], swiftSettings: strict),
         .testTarget(name: "VigilProtocolTests", dependencies: ["VigilProtocol"], swiftSettings: strict),
         .testTarget(name: "VigilTOMLTests", dependencies: ["VigilTOML"], swiftSettings: strict),

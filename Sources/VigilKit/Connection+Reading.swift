@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import CVigilShim
+import Glibc
 import VigilProtocol
 
 /// The reader side: one thread per connection blocks in `read(2)`, splits
@@ -6,9 +8,18 @@ import VigilProtocol
 extension Connection {
     /// Starts the thread that reads until the connection ends.
     func startReading() {
-        let thread = Thread { [self] in readUntilClosed() }
-        thread.name = "vigil-connection"
-        thread.start()
+        // A detached pthread (Foundation's `Thread` is not in FoundationEssentials);
+        // it holds the connection until the reading ends.
+        let context = Unmanaged.passRetained(self).toOpaque()
+        var handle = pthread_t()
+        let result = pthread_create(&handle, nil, { context in
+            let connection = Unmanaged<Connection>.fromOpaque(context!).takeRetainedValue()
+            vigil_set_thread_name("vigil-connection")
+            connection.readUntilClosed()
+            return nil
+        }, context)
+        precondition(result == 0, "pthread_create: \(result)")
+        pthread_detach(handle)
     }
 
     private func readUntilClosed() {

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// Where the daemon listens, resolved as docs/protocol.md prescribes so that
 /// every client (Swift, Python, vigilctl) finds the same daemon.

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import VigilProtocol
 
 /// A GATT server described in a file, as `vigilctl ble serve FILE` reads it
@@ -172,7 +173,9 @@ public struct PeripheralDescription: Sendable, Equatable, Codable {
         case let DecodingError.typeMismatch(_, context), let DecodingError.valueNotFound(_, context):
             "\(context.debugDescription)\(path(context.codingPath))"
         case let DecodingError.dataCorrupted(context):
-            "\(context.underlyingError.map { "\($0.localizedDescription)" } ?? context.debugDescription)\(path(context.codingPath))"
+            // The description, not the underlying error (FoundationEssentials has no
+            // localizedDescription): "The given data was not valid JSON." as before.
+            "\(context.debugDescription)\(path(context.codingPath))"
         default:
             "\(error)"
         }

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import VigilProtocol
 
 /// `Timeline` as an SVG picture: one lane per app with its states as coloured
@@ -68,13 +69,13 @@ public struct TimelineSVG {
         }
         for window in lane.windows {
             let used = window.end - window.start
-            let budget = wakeBudget.map { String(format: " of %.0f s", $0) } ?? ""
+            let budget = wakeBudget.map { cFormat(" of %.0f s", $0) } ?? ""
             out += "<rect class=\"window\" x=\"\(f(x(window.start)))\" y=\"\(f(y + 24))\" width=\"\(f(max(x(window.end) - x(window.start), 1)))\" "
-                + "height=\"5\" fill=\"#e53935\"><title>\(Self.escape(window.label)): ran \(String(format: "%.3f", used)) s\(budget)</title></rect>\n"
+                + "height=\"5\" fill=\"#e53935\"><title>\(Self.escape(window.label)): ran \(cFormat("%.3f", used)) s\(budget)</title></rect>\n"
         }
         for task in lane.tasks {
             out += "<rect class=\"task\" x=\"\(f(x(task.start)))\" y=\"\(f(y + 31))\" width=\"\(f(max(x(task.end) - x(task.start), 1)))\" "
-                + "height=\"4\" fill=\"#5e35b1\"><title>\(Self.escape(task.label)) \(String(format: "%.1f", task.end - task.start)) s</title></rect>\n"
+                + "height=\"4\" fill=\"#5e35b1\"><title>\(Self.escape(task.label)) \(cFormat("%.1f", task.end - task.start)) s</title></rect>\n"
         }
         for mark in lane.marks {
             let mx = x(mark.time)
@@ -147,13 +148,13 @@ public struct TimelineSVG {
         return out + "</g>\n"
     }
 
-    private func f(_ value: Double) -> String { String(format: "%.1f", value) }
+    private func f(_ value: Double) -> String { cFormat("%.1f", value) }
 
     /// HH:MM:SS (UTC) of an epoch time, with tenths if `fraction`.
     static func clock(_ time: Double, fraction: Bool = false) -> String {
         let tenths = Int((time.truncatingRemainder(dividingBy: 86400) * 10).rounded()) % 864_000
         let seconds = fraction ? tenths / 10 : Int(time.truncatingRemainder(dividingBy: 86400))
-        let text = String(format: "%02d:%02d:%02d", seconds / 3600, seconds / 60 % 60, seconds % 60)
+        let text = cFormat("%02d:%02d:%02d", seconds / 3600, seconds / 60 % 60, seconds % 60)
         return fraction ? text + ".\(tenths % 10)" : text
     }
 

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import VigilKit
 
 /// `vigilctl accessories`: one line per connected accessory.

@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import VigilKit
 
 /// `vigilctl ble serve FILE`: the daemon's Bluetooth LE peripheral role, by
@@ -66,14 +67,14 @@ struct BleServe: AsyncParsableCommand {
 
     /// Reads and checks FILE; its problems are usage errors.
     static func load(_ file: String) throws -> PeripheralDescription {
-        let data: Data
+        let bytes: [UInt8]
         do {
-            data = try Data(contentsOf: URL(fileURLWithPath: file))
+            bytes = try Files.read(file)
         } catch {
-            throw ValidationError("cannot read \(file): \(error.localizedDescription)")
+            throw ValidationError("cannot read \(file): \(error)")
         }
         do {
-            return try PeripheralDescription(json: data)
+            return try PeripheralDescription(json: Data(bytes))
         } catch {
             throw ValidationError("\(file): \(error)")
         }
@@ -185,7 +186,7 @@ actor GATTServer {
     }
 
     private func take(_ line: String) async {
-        let text = line.trimmingCharacters(in: .whitespacesAndNewlines)
+        let text = line.trimmingWhitespace()
         guard !text.isEmpty, !text.hasPrefix("#"), let fed else { return }
         guard let value = GATTHex.bytes(text) else { return serveNote("stdin: '\(text)' is not hex (two digits per byte); skipped") }
         values[fed] = value
@@ -270,7 +271,7 @@ struct ServeOutput: Sendable {
         emitLine(json ? (try? compactJSON(record)) ?? "" : "\(formatTime(record.time))  \(text)")
     }
 
-    private static func pad(_ event: String) -> String { event.padding(toLength: 14, withPad: " ", startingAt: 0) }
+    private static func pad(_ event: String) -> String { String(event.prefix(14)).padding(to: 14) }
 
     /// `180d/2a37 Heart Rate Measurement`.
     static func label(_ service: String, _ characteristic: String) -> String {
@@ -279,5 +280,5 @@ struct ServeOutput: Sendable {
 }
 
 func serveNote(_ message: String) {
-    FileHandle.standardError.write(Data("vigilctl: \(message)\n".utf8))
+    writeStandardError("vigilctl: \(message)\n")
 }

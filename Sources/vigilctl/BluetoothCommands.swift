@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import VigilKit
 
 /// `vigilctl ble`: the daemon's Bluetooth LE central, by hand. The control
@@ -392,5 +393,5 @@ func emitLine(_ line: String) {
 }
 
 private func note(_ message: String) {
-    FileHandle.standardError.write(Data("vigilctl: \(message)\n".utf8))
+    writeStandardError("vigilctl: \(message)\n")
 }

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import VigilKit
 
 /// `vigilctl ble devices`: one line per peripheral the daemon knows.
@@ -131,7 +132,7 @@ enum GATTNames {
 
 enum Hex {
     static func string(_ bytes: [UInt8]) -> String {
-        bytes.map { String(format: "%02x", $0) }.joined()
+        bytes.map { cFormat("%02x", $0) }.joined()
     }
 
     /// Bytes from hex as people write it: `0x0102`, `01 02`, `01:02`, `0102`.

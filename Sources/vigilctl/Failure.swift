@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import VigilKit
 
 /// How vigilctl ends when a command fails: one line on stderr (one JSON
@@ -28,7 +29,7 @@ struct Failure {
         guard let failure = Failure(error) else { Vigilctl.exit(withError: error) }
         if !json, failure.code == "usage" { Vigilctl.exit(withError: error) }  // with the usage text
         failure.report(json: json)
-        Foundation.exit(failure.status.rawValue)
+        Glibc.exit(failure.status.rawValue)
     }
 
     /// nil for what is not a failure (help, `--version`).
@@ -96,6 +97,6 @@ struct Failure {
         } else {
             line = "vigilctl: \(message)"
         }
-        FileHandle.standardError.write(Data((line + "\n").utf8))
+        writeStandardError((line + "\n"))
     }
 }

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// Prints a reply for scripts: pretty, keys sorted, stable across runs.
 func printJSON<T: Encodable>(_ value: T) throws {

@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import VigilKit
 
 /// `vigilctl ble l2cap`: a terminal onto an L2CAP channel, as `accessory open`

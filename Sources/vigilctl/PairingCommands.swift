@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import VigilKit
 
 /// `vigilctl ble pair / unpair / trust`: bonds by hand. vigild is BlueZ's
@@ -90,18 +91,18 @@ private func answer(_ prompt: PairingPrompt, client: ControlClient, passkey: Int
             let yes = acceptAll || ask("Allow \(what)? [y/N]\(deadline) ").map(isYes) ?? false
             try await client.respond(to: prompt, accept: yes)
         case .displayPasskey:
-            FileHandle.standardError.write(Data("Type \(prompt.passkeyText ?? "?") on \(device)\n".utf8))
+            writeStandardError("Type \(prompt.passkeyText ?? "?") on \(device)\n")
         case .displayPin:
-            FileHandle.standardError.write(Data("Type PIN \(prompt.pin ?? "?") on \(device)\n".utf8))
+            writeStandardError("Type PIN \(prompt.pin ?? "?") on \(device)\n")
         }
     } catch {
-        FileHandle.standardError.write(Data("vigilctl: answering the \(prompt.kind.rawValue) prompt failed: \(error)\n".utf8))
+        writeStandardError("vigilctl: answering the \(prompt.kind.rawValue) prompt failed: \(error)\n")
     }
 }
 
 private func ask(_ question: String) -> String? {
-    FileHandle.standardError.write(Data(question.utf8))
-    return readLine(strippingNewline: true)?.trimmingCharacters(in: .whitespaces)
+    writeStandardError(question)
+    return readLine(strippingNewline: true)?.trimmingWhitespace()
 }
 
 private func isYes(_ text: String) -> Bool {

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Dispatch
+import Glibc
 import VigilKit
 
 /// A terminal onto a session, for `accessory open` and `ble l2cap open` /
@@ -86,12 +88,12 @@ struct SessionTerminal {
     }
 
     static func note(_ message: String) {
-        FileHandle.standardError.write(Data("vigilctl: \(message)\n".utf8))
+        writeStandardError("vigilctl: \(message)\n")
     }
 
     static func fail(_ message: String) -> Never {
         note(message)
-        Foundation.exit(1)
+        Glibc.exit(1)
     }
 }
 

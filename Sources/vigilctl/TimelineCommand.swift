@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import VigilKit
 import VigilTimeline
 
@@ -51,12 +52,12 @@ struct TimelineCommand: AsyncParsableCommand {
         case .trace: try TimelineTrace(timeline).data()
         }
         if output == "-" {
-            FileHandle.standardOutput.write(data)
+            StandardStreams.writeOut(Array(data))
         } else {
             do {
-                try data.write(to: URL(fileURLWithPath: output))
+                try Files.write(Array(data), to: output)
             } catch {
-                throw WriteFailed(description: "cannot write \(output): \(error.localizedDescription)")
+                throw WriteFailed(description: "cannot write \(output): \(error)")
             }
             if !options.json {
                 print("\(output): \(timeline.lanes.count) app lane(s), \(timeline.devices.count) device lane(s), \(decisions.count) decision(s)")

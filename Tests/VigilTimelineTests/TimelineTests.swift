@@ -123,4 +123,40 @@ struct TimelineTests {
         #expect(wakes.count == 4)
         #expect(wakes.contains { $0["name"] as? String == "wake: session.data" && $0["ts"] as? Int == 1_020_000_000 })
     }
+
+    /// The picture and the trace byte for byte as recorded before the module
+    /// left Foundation (issue 32: `String(format:)` and `JSONSerialization`
+    /// replaced by code of its own), with text that needs escaping and times
+    /// that need rounding. `VIGIL_GOLDEN_RECORD=1` rewrites the files.
+    @Test func outputMatchesTheGoldenFiles() throws {
+        let odd: [DecisionRecord] = [
+            DecisionRecord(time: 1000.04999, app: "org.example.a/b", action: "launch", reason: "by \"you\" & <me>", state: .inactive),
+            DecisionRecord(time: 1003.95, app: "org.example.a/b", action: "enterBackground", reason: "tab\tnew\nline \u{1}é✓", state: .background),
+            DecisionRecord(time: 1004.123456789, app: "org.example.a/b", action: "wake", reason: "woken for 'x/y' (seq 3)\t\r\u{8}\u{c}\u{1f}\u{0}\n é✓", state: .background),
+            DecisionRecord(time: 1007.0000005, app: "org.example.a/b", action: "suspend", reason: "done", state: .suspended),
+        ]
+        let devices = Self.devices + [
+            DeviceRecord(time: 1044.5, kind: "bluetooth", device: "C0:FF:EE", change: "connected", detail: "a \\ b \"c\" /d"),
+        ]
+        let cases: [(String, Timeline, Double?)] = [
+            ("minute", Timeline(decisions: Self.decisions, devices: devices, end: 1060), 10),
+            ("window", Timeline(decisions: Self.decisions, start: 1025, end: 1034), nil),
+            ("odd", Timeline(decisions: odd, end: 1012.75), 0.5),
+            ("empty", Timeline(decisions: [], start: 0, end: 60), nil),
+        ]
+        let folder = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Golden")
+        let record = ProcessInfo.processInfo.environment["VIGIL_GOLDEN_RECORD"] == "1"
+        for (name, timeline, budget) in cases {
+            let outputs = [("svg", Data(TimelineSVG(timeline, wakeBudget: budget).text.utf8)), ("json", try TimelineTrace(timeline).data())]
+            for (ext, data) in outputs {
+                let file = folder.appendingPathComponent("\(name).\(ext)")
+                if record {
+                    try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+                    try data.write(to: file)
+                }
+                let golden = try Data(contentsOf: file)
+                #expect(data == golden, "\(name).\(ext) differs from \(file.path)")
+            }
+        }
+    }
 }

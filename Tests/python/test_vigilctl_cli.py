@@ -5,7 +5,9 @@ than the protocol's codes, the fallback from the per-user socket to the
 system one, `vigild --socket` refusing a folder that does not exist, and
 `vigilctl status` / `ble scan` / `ble read` saying why Bluetooth cannot be
 used (no bus, no bluetoothd, no adapter, powered off: the BlueZ mock of
-Tests/bluez-mock on a private bus) and whether udev works.
+Tests/bluez-mock on a private bus) and whether udev works, and vigilctl's
+text and `--json` output byte for byte against golden files recorded before
+it left Foundation (vigilctl_golden.py).
 
     VIGILD=.build/debug/vigild /usr/bin/python3 -m unittest test_vigilctl_cli -v
 """
@@ -310,6 +312,27 @@ echo $? >"$WORK/none.rc"
             self.assertEqual(read("none.rc").strip(), "69")
             self.assertIn(f"no daemon listening at {work}/xdg/vigil/vigild.sock or /run/vigil/vigild.sock",
                           read("none.err"))
+
+
+@unittest.skipIf(not os.access(VIGILCTL, os.X_OK), f"{VIGILCTL} is not built")
+class GoldenOutputTests(unittest.TestCase):
+    """vigilctl's stdout, stderr and exit status for a recorded daemon's
+    replies (vigilctl_golden.py): tables with local times in three time
+    zones, durations, JSON (pretty and compact), failures in words and as
+    JSON, byte for byte as the Foundation-linked vigilctl printed them."""
+
+    def test_every_case_prints_its_golden_output(self):
+        import vigilctl_golden
+
+        cases = vigilctl_golden.load_cases()
+        self.assertGreaterEqual(len(cases), 20)
+        with tempfile.TemporaryDirectory(prefix="vigil-cli-golden-") as folder:
+            for case in cases:
+                with self.subTest(case=case["name"], args=case["args"], tz=case["tz"]):
+                    result = vigilctl_golden.replay(VIGILCTL, case, folder)
+                    self.assertEqual(result.stdout, vigilctl_golden.golden(case["name"], "stdout"))
+                    self.assertEqual(result.stderr, vigilctl_golden.golden(case["name"], "stderr"))
+                    self.assertEqual(result.returncode, case["exit"])
 
 
 if __name__ == "__main__":

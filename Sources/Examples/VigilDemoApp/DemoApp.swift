@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import VigilKit
 
 /// `vigil-demo-app`: a sample app on VigilKit that reports everything it is
@@ -13,7 +14,8 @@ struct DemoApp {
         do {
             app = try await Application.connect()
         } catch {
-            FileHandle.standardError.write(Data("vigil-demo-app: \(error)\n".utf8))
+            let line = Array("vigil-demo-app: \(error)\n".utf8)
+            _ = line.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
             exit(1)
         }
 

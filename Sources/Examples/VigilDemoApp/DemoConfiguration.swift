@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// The demo's behaviour, from environment variables so an app manifest (or a
 /// test) can script it without code.

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import VigilKit
 
 /// Handles items one at a time, in delivery order, so a cumulative `ack`
