@@ -22,8 +22,7 @@ text and the properties vigil_artifacts and vigil_decision_log). `async def` tes
 use these fixtures (or the marker) and that pytest-asyncio does not run (it is absent,
 or in strict mode without an asyncio mark) run on a fresh event loop.
 
-Options (a path with "=": --vigild=PATH; pytest takes a separate one for a test path when it
-looks for its rootdir and ini file): --vigild=PATH (else $VIGILD, the ini key `vigild`, a checkout's
+Options (a path with "=" or as the next argument): --vigild PATH (else $VIGILD, the ini key `vigild`, a checkout's
 .build/debug/vigild, then PATH); --vigil-artifacts DIR (ini `vigil_artifacts`): where
 failing tests' folders go; --vigil-hardware=lab runs the session inside the Vigil lab
 guest (docs/lab.md), where `virtual_accessory` is a USB gadget seen through real udev
@@ -84,6 +83,45 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("vigil_rig", "a rig file (TOML; relative to the ini file's folder)")
     parser.addini("vigild", "the vigild binary for the vigild fixtures (relative to the ini file's folder)")
     parser.addini("vigil_artifacts", "a folder for failing tests' artifact folders (relative to the ini file's folder)")
+
+
+#: The plugin's options that take a value: pytest looks for its rootdir and ini file before
+#: plugins add their options, so a value given as the next argument is taken for a test path then.
+_VALUE_OPTIONS = ("--vigild", "--vigil-artifacts", "--vigil-lab-results", "--vigil-rig")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """`--vigild PATH` (and the other path options without "="): pytest chose its rootdir
+    and ini file with PATH among the test paths, before this plugin's options were
+    known. Now they are: choose again without it, as `--vigild=PATH` would have."""
+    if not any(argument in _VALUE_OPTIONS for argument in args[:-1]):
+        return
+    namespace = early_config.known_args_namespace
+    try:
+        from _pytest.config.findpaths import determine_setup
+        found = determine_setup(inifile=namespace.inifilename, override_ini=namespace.override_ini,
+                                args=namespace.file_or_dir, rootdir_cmd_arg=namespace.rootdir or None,
+                                invocation_dir=early_config.invocation_params.dir)
+        rootpath, inipath, inicfg = found[:3]
+        if (rootpath, inipath) == (early_config.rootpath, early_config.inipath):
+            return
+        earlier_cut = str(early_config.inipath.parent if early_config.inipath else early_config.rootpath)
+        earlier_addopts = list(early_config.getini("addopts"))
+        early_config._rootpath, early_config._inipath, early_config._inicfg = rootpath, inipath, inicfg
+        if len(found) > 3:
+            early_config._ignored_config_files = found[3]
+        early_config._inicache.clear()
+    except (ImportError, TypeError, ValueError, AttributeError) as error:  # another pytest's internals
+        raise pytest.UsageError(f"write the vigil plugin's path options with '=' (--vigild=PATH) in this pytest "
+                                f"({pytest.__version__}): {error}") from error
+    parser.extra_info["rootdir"] = str(rootpath)
+    parser.extra_info["inifile"] = str(inipath)
+    if namespace.confcutdir == earlier_cut:  # pytest's default, from the ini file it had chosen
+        namespace.confcutdir = str(inipath.parent if inipath else rootpath)
+    if earlier_addopts and args[:len(earlier_addopts)] == earlier_addopts:
+        del args[:len(earlier_addopts)]  # the wrong ini file's
+    args[:0] = early_config.getini("addopts")
 
 
 def _in_lab(config: pytest.Config) -> bool:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ._frames import Message, VigilError
+from .accessories import Lines
 from .records import AppInfo, Decision, DeviceChange, clock
 from .sync import ControlClient
 
@@ -159,7 +160,11 @@ def _clock() -> str:
 class SerialAccessory:
     """A virtual USB serial accessory to plug into the testbed: its USB
     identity, the protocol strings udev gives it (VIGIL_PROTOCOLS), its line
-    settings. `name` is how a test picks it (`virtual_accessories[name]`)."""
+    settings. `name` is how a test picks it (`virtual_accessories[name]`).
+    `modem_lines`: the port has modem lines as a USB CDC-ACM port has them
+    (the host's DTR, RTS and breaks seen by the device, the device's CTS,
+    DSR, DCD and RI set by the test); False: a bare pty's none (vigild
+    answers line requests `notSupported`)."""
     name: str = "sensor"
     vendor_id: str = "1209"
     product_id: str = "0001"
@@ -168,6 +173,7 @@ class SerialAccessory:
     product: str = "Vigil Sensor"
     protocols: tuple[str, ...] = ("org.example.sensor", "org.example.dfu")
     line_settings: str = "115200 8N1 rtscts"
+    modem_lines: bool = True
 
     def __post_init__(self) -> None:
         for field in ("vendor_id", "product_id"):
@@ -185,7 +191,22 @@ class SerialAccessory:
             "port": f"1-{2 + index}", "first_number": 10 * index, "serial": self.serial,
             "manufacturer": self.manufacturer, "product": self.product, "name": self.product,
             "vendor_id": self.vendor_id.lower(), "product_id": self.product_id.lower(),
-            "protocols": " ".join(self.protocols), "line_settings": self.line_settings})
+            "protocols": " ".join(self.protocols), "line_settings": self.line_settings,
+            "modem_lines": self.modem_lines})
+
+
+@dataclasses.dataclass(frozen=True)
+class LineChange:
+    """A change of the host's outputs as the device saw it: DTR, RTS and
+    whether a break is on, after the change; `time` in seconds since the epoch."""
+    time: float
+    dtr: bool
+    rts: bool
+    in_break: bool = False
+
+    def __str__(self) -> str:
+        state = f"DTR {'up' if self.dtr else 'down'}, RTS {'up' if self.rts else 'down'}"
+        return f"{clock(self.time)} {state}{', break' if self.in_break else ''}"
 
 
 class ExpectTimeout(AssertionError):
@@ -266,6 +287,7 @@ class VirtualAccessory(ByteStream):
         self.description = description or SerialAccessory()
         self.log_path = None if log_path is None else Path(log_path)
         self._prefix = "" if description is None else f"@{description.name} "
+        self._line_cursor = 0  # line changes expect_lines has consumed
 
     def _log(self, line: str) -> None:
         if self.log_path is not None:
@@ -299,12 +321,61 @@ class VirtualAccessory(ByteStream):
     def plug(self) -> str:
         """Plugs it back in; the new device node."""
         self._log("plug")
+        self._line_cursor = 0  # a new port: its own line history
         return self._ask("plug").partition(" ")[2]
 
-    def set_modem_lines(self, **lines: bool) -> None:
-        """The hook for modem-line events (DCD, DSR, RI, CTS seen by the host):
-        not there yet; it comes with vigild's line control (the line-control issue)."""
-        raise NotImplementedError("virtual modem lines come with vigild's line control")
+    # -- modem lines (a SerialAccessory with modem_lines, the default)
+
+    def set_modem_lines(self, *, cts: bool | None = None, dsr: bool | None = None, dcd: bool | None = None,
+                        ri: bool | None = None) -> None:
+        """Raises (True) or drops (False) the device's lines, the host's inputs; None leaves
+        a line as it is. Each change counts (TIOCGICOUNT), so a pulse (up, then down at
+        once) reaches a watching session even when shorter than its sampling interval."""
+        lines = {name: value for name, value in (("cts", cts), ("dsr", dsr), ("dcd", dcd), ("ri", ri))
+                 if value is not None}
+        self._log("device lines " + " ".join(f"{name.upper()} {'up' if up else 'down'}" for name, up in lines.items()))
+        self._ask("setlines " + json.dumps(lines))
+
+    def pulse_modem_lines(self, *names: str) -> None:
+        """Each named device line ("cts", "dsr", "dcd", "ri") flips and flips back at once
+        (a ring, a glitch): the line is where it was, only the driver's transition counter
+        moved, so a watching session hears of it in `changed` however fast it samples."""
+        self._log("device lines pulsed " + " ".join(name.upper() for name in names))
+        self._ask("pulselines " + json.dumps(list(names)))
+
+    def modem_lines(self) -> Lines:
+        """Every line now, as the port has them: DTR and RTS as the host set them, and the device's."""
+        return Lines.from_json(json.loads(self._ask("lines").partition(" ")[2]))
+
+    def _line_changes(self, since: int, timeout: float) -> list[LineChange]:
+        changes = json.loads(self._ask(f"linelog {since} {max(timeout, 0):.3f}").partition(" ")[2])
+        return [LineChange(c["time"], c["dtr"], c["rts"], c["break"]) for c in changes]
+
+    def line_changes(self) -> list[LineChange]:
+        """The host's changes of DTR, RTS and breaks since the device was plugged in, oldest first."""
+        return self._line_changes(0, 0)
+
+    def expect_lines(self, *, dtr: bool | None = None, rts: bool | None = None, in_break: bool | None = None,
+                     timeout: float = 10.0) -> LineChange:
+        """Waits for the host's next change of its outputs that leaves them as given (None:
+        either way) and returns it; the changes up to it are consumed, so two calls see a
+        reset pulse's drop and then its rise, however long ago they happened.
+        ExpectTimeout (an AssertionError) if none came within `timeout` s."""
+        wanted = {"dtr": dtr, "rts": rts, "in_break": in_break}
+        deadline = time.monotonic() + timeout
+        seen: list[LineChange] = []
+        while True:
+            changes = self._line_changes(self._line_cursor, min(max(deadline - time.monotonic(), 0), 1.0))
+            for change in changes:
+                self._line_cursor += 1
+                seen.append(change)
+                if all(value is None or getattr(change, name) == value for name, value in wanted.items()):
+                    self._log(f"host lines {change}")
+                    return change
+            if time.monotonic() >= deadline:
+                described = ", ".join(f"{name}={value}" for name, value in wanted.items() if value is not None)
+                raise ExpectTimeout(f"expected the host's lines to become {described or 'anything'} within {timeout} s; "
+                                    f"changes seen: {[str(c) for c in seen]}", b"")
 
 
 class ControlSession(ByteStream):
@@ -321,6 +392,41 @@ class ControlSession(ByteStream):
 
     def write(self, data: bytes) -> int:
         return self.control.write(self.id, data)
+
+    # -- serial line control (docs/protocol.md, "Serial line control")
+
+    def lines(self) -> Lines:
+        """The modem lines now."""
+        return Lines.from_json(self.control.request("sessionLines", session=self.id)["lines"])
+
+    def set_lines(self, *, dtr: bool | None = None, rts: bool | None = None) -> Lines:
+        """Raises (True) or drops (False) DTR and/or RTS; None leaves a line as it is."""
+        members = {name: bool(value) for name, value in (("dtr", dtr), ("rts", rts)) if value is not None}
+        return Lines.from_json(self.control.request("sessionLines", session=self.id, **members)["lines"])
+
+    def reset_pulse(self, milliseconds: int = 100) -> Lines:
+        """Drops DTR and RTS for `milliseconds`, then raises them (an Arduino's or ESP32's reset)."""
+        self.set_lines(dtr=False, rts=False)
+        time.sleep(milliseconds / 1000)
+        return self.set_lines(dtr=True, rts=True)
+
+    def send_break(self, milliseconds: int) -> None:
+        """Holds the line at space for `milliseconds`; returns when the break is over."""
+        self.control.request("sendBreak", session=self.id, milliseconds=int(milliseconds), timeout=None)
+
+    def watch_lines(self, *, interval_ms: int | None = None, enabled: bool = True) -> Lines:
+        """Changes of CTS, DSR, DCD and RI then come from `next_lines`."""
+        members: dict[str, Any] = {"enabled": enabled}
+        if interval_ms is not None:
+            members["intervalMilliseconds"] = int(interval_ms)
+        return Lines.from_json(self.control.request("watchSessionLines", session=self.id, **members)["lines"])
+
+    def next_lines(self, timeout: float = 10.0) -> Lines | None:
+        """The next change of the watched input lines (`changed` names them), or None after `timeout` s."""
+        message = self.control.next_of(("sessionLinesChanged",), timeout)
+        if message is None:
+            return None
+        return Lines.from_json(message.get("lines") or {}, message.get("changed"))
 
     def _more(self, timeout: float) -> bytes:
         message: Message | None = self.control.next_session_output(timeout)
