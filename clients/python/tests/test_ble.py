@@ -45,6 +45,6 @@ def test_an_app_peripheral_answers_reads_and_is_woken_for_them(bluez_mock: Bluet
     assert bluez_mock.remote_read(path) == ("", b"value-1")  # answered in the foreground
     vigild.suspend(app.app_id)
     assert bluez_mock.remote_read(fixed) == ("", b"\x02")  # the daemon answers: no wake
-    assert vigild.app(app.app_id)["state"] == "suspended"
+    assert vigild.app_info(app.app_id).state == "suspended"
     assert bluez_mock.remote_read(path) == ("", b"value-2")  # wakes the app, which answers
     vigild.wait_for_state(app.app_id, "suspended")  # it acknowledged and finished processing

@@ -70,7 +70,7 @@ def test_a_failing_test_keeps_its_artifacts_and_reports_them_once(pytester: pyte
             vigild.wait_until(lambda: False, "what never comes", timeout=0.2)
 
         def test_passes(vigild):
-            assert vigild.control(lambda control: control.apps()) == []
+            assert vigild.control(lambda control: control.app_list()) == []
     """)
     artifacts = pytester.path / "artifacts"
     junit = pytester.path / "junit.xml"
@@ -144,7 +144,7 @@ import vigil
 
 async def test_an_unmarked_async_test(vigild):
     async with vigil.Control(vigild.socket) as control:
-        assert await control.apps() == []
+        assert await control.app_list() == []
 
 @pytest.mark.vigil(timings={"suspend-grace": 1})
 async def test_an_async_test_with_the_marker_only():
@@ -203,12 +203,12 @@ def test_a_module_scoped_daemon_is_shared_by_the_module_and_a_session_one_by_all
                 pids.write(f"{__name__} {vigild_module.process.pid} {vigild_session.process.pid}\\n")
 
         def test_second(vigild_module, vigild_session):
-            assert vigild_module.app("org.example.sleeper")["pid"]  # the first test's app, still there
+            assert vigild_module.app_info("org.example.sleeper").pid  # the first test's app, still there
             with open("pids.txt", "a") as pids:
                 pids.write(f"{__name__} {vigild_module.process.pid} {vigild_session.process.pid}\\n")
 
         def test_a_test_daemon_is_another(vigild, vigild_module):
-            assert vigild.socket != vigild_module.socket and vigild.control(lambda c: c.apps()) == []
+            assert vigild.socket != vigild_module.socket and vigild.control(lambda c: c.app_list()) == []
     """
     pytester.makepyfile(test_one=suite, test_two=suite)
     result = run(pytester, request)

@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -401,7 +402,8 @@ class ControlSession(ByteStream):
 
     def set_lines(self, *, dtr: bool | None = None, rts: bool | None = None) -> Lines:
         """Raises (True) or drops (False) DTR and/or RTS; None leaves a line as it is."""
-        members = {name: bool(value) for name, value in (("dtr", dtr), ("rts", rts)) if value is not None}
+        members: dict[str, Any] = {name: bool(value) for name, value in (("dtr", dtr), ("rts", rts))
+                                   if value is not None}
         return Lines.from_json(self.control.request("sessionLines", session=self.id, **members)["lines"])
 
     def reset_pulse(self, milliseconds: int = 100) -> Lines:
@@ -566,9 +568,9 @@ class VigilDaemon:
         if process is not None and process.poll() is None:
             try:
                 with ControlClient(self.socket, timeout=5.0) as control:
-                    for app in control.apps():
-                        if app.get("pid"):
-                            control.app_action("quit", app["id"])
+                    for app in control.app_list():
+                        if app.pid:
+                            control.app_action("quit", app.id)
             except (VigilError, OSError):
                 pass
             try:
@@ -615,34 +617,43 @@ class VigilDaemon:
             return action(control)
 
     def app(self, app_id: str) -> JSON:
-        """The app object's members (see `app_info` for a typed one)."""
-        return dict(next(a for a in self.control(lambda c: c.apps()) if a["id"] == app_id))
+        """Deprecated: `app_info(app_id)` (typed; `.raw` has the members as sent)."""
+        warnings.warn("vigil: VigilDaemon.app(id) is deprecated and will be removed: use VigilDaemon.app_info(id)",
+                      DeprecationWarning, stacklevel=2)
+        return dict(self.app_info(app_id).raw)
 
     def app_info(self, app_id: str) -> AppInfo:
+        """The app as the daemon sees it (KeyError if it has none of that id)."""
         info: AppInfo = self.control(lambda c: c.app_info(app_id))
         return info
 
-    def launch(self, app_id: str) -> JSON:
-        return dict(self.control(lambda c: c.app_action("launch", app_id)))
+    def launch(self, app_id: str) -> AppInfo:
+        return self._action("launch", app_id)
 
-    def background(self, app_id: str) -> JSON:
-        return dict(self.control(lambda c: c.app_action("background", app_id)))
+    def background(self, app_id: str) -> AppInfo:
+        return self._action("background", app_id)
 
-    def foreground(self, app_id: str) -> JSON:
-        return dict(self.control(lambda c: c.app_action("foreground", app_id)))
+    def foreground(self, app_id: str) -> AppInfo:
+        return self._action("foreground", app_id)
 
-    def suspend(self, app_id: str, timeout: float = 20.0) -> JSON:
+    def _action(self, action: str, app_id: str) -> AppInfo:
+        info: AppInfo = self.control(lambda c: c.app_action(action, app_id))
+        return info
+
+    def suspend(self, app_id: str, timeout: float = 20.0) -> AppInfo:
         """Sends the app to the background and waits until the daemon has suspended it."""
         self.background(app_id)
         return self.wait_for_state(app_id, "suspended", timeout)
 
     def wake(self, app_id: str, kind: str = "test", attributes: Mapping[str, Any] | None = None,
              payload: bytes = b"") -> JSON:
+        """The wake reply's members: `seq`, `disposition`."""
         return dict(self.control(lambda c: c.wake(app_id, kind, attributes, payload)))
 
-    def wait_for_state(self, app_id: str, state: str, timeout: float = 20.0) -> JSON:
-        return dict(self.wait_until(lambda: (a := self.app(app_id))["state"] == state and a, f"{app_id} {state}",
-                                    timeout))
+    def wait_for_state(self, app_id: str, state: str, timeout: float = 20.0) -> AppInfo:
+        info: AppInfo = self.wait_until(lambda: (a := self.app_info(app_id)).state == state and a,
+                                        f"{app_id} {state}", timeout)
+        return info
 
     def wait_until(self, condition: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
         """Polls `condition` until it is truthy (and returns it); AssertionError with the daemon's log otherwise."""
@@ -657,8 +668,10 @@ class VigilDaemon:
             time.sleep(0.05)
 
     def decision_log(self, limit: int | None = 200) -> list[JSON]:
-        """The decision log's raw members (see `decisions` for typed ones)."""
-        return list(self.control(lambda c: c.log(limit=limit)))
+        """Deprecated: `decisions(limit=)` (typed)."""
+        warnings.warn("vigil: VigilDaemon.decision_log() is deprecated and will be removed: use "
+                      "VigilDaemon.decisions()", DeprecationWarning, stacklevel=2)
+        return [dataclasses.asdict(d) for d in self.decisions(limit=limit)]
 
     def decisions(self, app: str | None = None, limit: int | None = 200) -> list[Decision]:
         """The decision log, oldest first (of `app` if given)."""
