@@ -258,7 +258,9 @@ def _start_daemon(request: pytest.FixtureRequest, node: pytest.Item | pytest.Col
     if len(described) != len(options.get("accessories") or []):
         raise pytest.UsageError("@pytest.mark.vigil(accessories=[...]) takes vigil.testing.SerialAccessory objects")
     accessory = bool(_ACCESSORY_FIXTURES & wants) or bool(described)
-    accessory = accessory and not _in_lab(request.config)  # in the lab: a USB gadget, seen through real udev
+    # In the lab: USB gadgets with the described identities, seen through real udev (not the testbed).
+    gadgets_wanted = (described or [SerialAccessory()]) if accessory and _in_lab(request.config) else []
+    accessory = accessory and not _in_lab(request.config)
     if accessory:
         missing = missing_for_accessories()
         if missing:
@@ -283,13 +285,15 @@ def _start_daemon(request: pytest.FixtureRequest, node: pytest.Item | pytest.Col
     if isinstance(node, pytest.Item):
         node.stash[_ARTIFACTS] = kept_at
     daemon: VigilDaemon | None = None
+    gadgets: list[_lab.LabAccessory] = []
     failed = True
     try:
         if own_mock:
             mock = BluetoothMock().start()
             env = mock.env
         daemon = VigilDaemon(root, vigild=binary, timings=options.get("timings"), settings=options.get("settings"),
-                             env=env, accessory=described or accessory, bluetooth=bluetooth, report_in_errors=False)
+                             env=env, accessory=(described or True) if accessory else False, bluetooth=bluetooth,
+                             report_in_errors=False)
         daemon.artifacts = kept_at
         daemon.bluetooth_mock = mock
         try:
@@ -297,6 +301,14 @@ def _start_daemon(request: pytest.FixtureRequest, node: pytest.Item | pytest.Col
         except Exception as error:
             error.add_note(f"vigild's folder (kept): {kept_at}")
             raise
+        if gadgets_wanted:
+            repo = find_repo()
+            assert repo is not None
+            for description in gadgets_wanted:
+                gadgets.append(_lab.LabAccessory(repo, description, len(gadgets_wanted),
+                                                 daemon.root / "devices" / f"{description.name}.log"))
+            daemon.accessories = {gadget.description.name: gadget for gadget in gadgets}
+            daemon.accessory = gadgets[0]
         for app in spec.apps if spec is not None else ():
             command = [part.replace("{root}", str(daemon.root)) for part in app.command]
             daemon.install_app(app.id, command, background_modes=app.background_modes,
@@ -312,6 +324,8 @@ def _start_daemon(request: pytest.FixtureRequest, node: pytest.Item | pytest.Col
         failed = node.stash.get(_FAILED, False) if isinstance(node, pytest.Item) else bool(
             request.session.testsfailed)
     finally:
+        for gadget in gadgets:
+            gadget.close()
         if daemon is not None and failed:
             daemon.save_artifacts()
         if daemon is not None:
@@ -383,23 +397,12 @@ def vigil_control(vigild: VigilDaemon) -> Iterator[ControlClient]:
 
 
 @pytest.fixture
-def virtual_accessories(request: pytest.FixtureRequest, vigild: VigilDaemon) -> Iterator[dict[str, VirtualAccessory]]:
+def virtual_accessories(vigild: VigilDaemon) -> dict[str, VirtualAccessory]:
     """The virtual accessories by name, once vigild lists every one of them; in the lab
-    a USB gadget (`_lab.LabAccessory`) as the one accessory."""
-    gadget = None
-    if _in_lab(request.config):
-        repo = find_repo()
-        assert repo is not None
-        gadget = _lab.LabAccessory(repo)
-        vigild.accessory = gadget
-        vigild.accessories = {gadget.description.name: gadget}
+    USB gadgets (`_lab.LabAccessory`) with the same identities."""
     assert vigild.accessory is not None
     _wait_for_accessories(vigild)
-    try:
-        yield vigild.accessories
-    finally:
-        if gadget is not None:
-            gadget.close()
+    return vigild.accessories
 
 
 @pytest.fixture
