@@ -130,6 +130,10 @@ class LabBluetooth:
         self._peers[address.upper()] = peer
         return address
 
+    def add_peripheral(self, peripheral: Any) -> str:
+        raise NotImplementedError("a peripheral described by its GATT database is the BlueZ mock's "
+                                  "(--vigil-hardware=virtual); the lab has Bumble's heart-rate monitor only")
+
     def notify_heart_rate(self, address: str, bpm: int) -> int:
         """The monitor notifies every 0.5 s while subscribed; from now on with `bpm`."""
         self._peers[address.upper()].command(f"set-rate {bpm}")

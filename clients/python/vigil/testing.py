@@ -197,6 +197,63 @@ class SerialAccessory:
 
 
 @dataclasses.dataclass(frozen=True)
+class GattDescriptor:
+    """A descriptor of a described peripheral's characteristic."""
+    uuid: str
+    value: bytes = b""
+    flags: tuple[str, ...] = ("read",)
+
+
+@dataclasses.dataclass(frozen=True)
+class GattCharacteristic:
+    """A characteristic: `flags` as BlueZ names them (read, write, write-without-response,
+    notify, indicate, ...); one that notifies or indicates gets its 0x2902 descriptor."""
+    uuid: str
+    flags: tuple[str, ...] = ("read",)
+    value: bytes = b""
+    descriptors: tuple[GattDescriptor, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class GattService:
+    uuid: str
+    characteristics: tuple[GattCharacteristic, ...] = ()
+    primary: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class BlePeripheral:
+    """A Bluetooth LE peripheral described by its GATT database, for the BlueZ mock
+    (`bluez_mock.add_peripheral`): its address (a static random one, C0:…, as a
+    peripheral of one's own has), name, services, and what it advertises (the
+    primary services' UUIDs unless `advertised` says otherwise; manufacturer data by
+    company id)."""
+    address: str
+    name: str = ""
+    services: tuple[GattService, ...] = ()
+    advertised: tuple[str, ...] | None = None
+    manufacturer_data: Mapping[int, bytes] = dataclasses.field(default_factory=dict)
+    appearance: int | None = None
+    address_type: str = "random"
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"([0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}", self.address):
+            raise ValueError(f"BlePeripheral address {self.address!r}: six hex pairs separated by ':'")
+        for service in self.services:
+            for characteristic in service.characteristics:
+                unknown = set(characteristic.flags) - _GATT_FLAGS
+                if unknown:
+                    raise ValueError(f"BlePeripheral {self.address}: characteristic {characteristic.uuid}: "
+                                     f"unknown flags {sorted(unknown)} (BlueZ's: {sorted(_GATT_FLAGS)})")
+
+
+_GATT_FLAGS = frozenset({"broadcast", "read", "write-without-response", "write", "notify", "indicate",
+                         "authenticated-signed-writes", "extended-properties", "reliable-write",
+                         "writable-auxiliaries", "encrypt-read", "encrypt-write", "encrypt-authenticated-read",
+                         "encrypt-authenticated-write", "secure-read", "secure-write", "authorize"})
+
+
+@dataclasses.dataclass(frozen=True)
 class LineChange:
     """A change of the host's outputs as the device saw it: DTR, RTS and
     whether a break is on, after the change; `time` in seconds since the epoch."""
@@ -736,6 +793,7 @@ class BluetoothMock:
         from bluez_mock import MockBlueZ  # type: ignore[import-not-found, import-untyped, unused-ignore]
         self._mock = MockBlueZ()
         self.devices: dict[str, Any] = {}
+        self._characteristics: dict[str, dict[str, str]] = {}
 
     def start(self) -> BluetoothMock:
         self._mock.start()
@@ -768,6 +826,76 @@ class BluetoothMock:
         import dbus  # type: ignore[import-not-found, import-untyped, unused-ignore]
         return int(self.control.NotifyHeartRate(self.devices[address.upper()], dbus.UInt16(bpm),
                                                 dbus.Array([], signature="q")))
+
+    def add_peripheral(self, peripheral: BlePeripheral) -> str:
+        """A peripheral built from its GATT description, advertising; its D-Bus path. Its
+        characteristics are then `notify(address, uuid, value)`, `set_value(...)`, `value(...)`."""
+        import dbus
+        from ._gatt import normalize_uuid
+        services = [normalize_uuid(s.uuid) for s in peripheral.services if s.primary]
+        advertised = services if peripheral.advertised is None else [normalize_uuid(u) for u in peripheral.advertised]
+        properties: dict[str, Any] = {"UUIDs": dbus.Array(advertised, signature="s"),
+                                      "AddressType": dbus.String(peripheral.address_type)}
+        if peripheral.manufacturer_data:
+            properties["ManufacturerData"] = dbus.Dictionary(
+                {dbus.UInt16(company): dbus.Array(list(data), signature="y")
+                 for company, data in peripheral.manufacturer_data.items()}, signature="qv")
+        if peripheral.appearance is not None:
+            properties["Appearance"] = dbus.UInt16(peripheral.appearance)
+        path = str(self.control.AddLEDevice("hci0", peripheral.address, peripheral.name,
+                                            dbus.Dictionary(properties, signature="sv")))
+        characteristics: dict[str, str] = {}
+        for service in peripheral.services:
+            service_path = self.control.AddGattService(path, normalize_uuid(service.uuid), service.primary)
+            for characteristic in service.characteristics:
+                uuid = normalize_uuid(characteristic.uuid)
+                char_path = self.control.AddGattCharacteristic(
+                    service_path, uuid, dbus.Array(characteristic.flags, signature="s"),
+                    dbus.Array(list(characteristic.value), signature="y"))
+                characteristics.setdefault(uuid, str(char_path))
+                descriptors = list(characteristic.descriptors)
+                cccd = normalize_uuid("2902")
+                if {"notify", "indicate"} & set(characteristic.flags) and \
+                        not any(normalize_uuid(d.uuid) == cccd for d in descriptors):
+                    descriptors.insert(0, GattDescriptor("2902", b"\x00\x00", ("read", "write")))
+                for descriptor in descriptors:
+                    self.control.AddGattDescriptor(char_path, normalize_uuid(descriptor.uuid),
+                                                   dbus.Array(descriptor.flags, signature="s"),
+                                                   dbus.Array(list(descriptor.value), signature="y"))
+        self.devices[peripheral.address.upper()] = path
+        self._characteristics[peripheral.address.upper()] = characteristics
+        return path
+
+    def _characteristic(self, address: str, uuid: str) -> str:
+        from ._gatt import normalize_uuid
+        try:
+            return self._characteristics[address.upper()][normalize_uuid(uuid)]
+        except KeyError:
+            raise KeyError(f"no characteristic {uuid} on a described peripheral {address}") from None
+
+    def notify(self, address: str, uuid: str, value: bytes) -> int:
+        """A notification (or indication) of a described peripheral's characteristic; how many
+        ways it was delivered (0: nobody subscribed, or not connected)."""
+        import dbus
+        return int(self.control.Notify(self._characteristic(address, uuid), dbus.Array(list(value), signature="y")))
+
+    def set_value(self, address: str, uuid: str, value: bytes) -> None:
+        """What a read of the characteristic returns from now on (no notification)."""
+        import dbus
+        self.control.SetCharacteristicValue(self._characteristic(address, uuid),
+                                            dbus.Array(list(value), signature="y"))
+
+    def value(self, address: str, uuid: str) -> bytes:
+        """The characteristic's value now: what a central last wrote, or what it was given."""
+        import dbus
+        import dbus.bus
+        bus = dbus.bus.BusConnection(self._mock.address)
+        try:
+            properties = dbus.Interface(bus.get_object("org.bluez", self._characteristic(address, uuid)),
+                                        "org.freedesktop.DBus.Properties")
+            return bytes(properties.Get("org.bluez.GattCharacteristic1", "Value"))
+        finally:
+            bus.close()
 
     def served_characteristic(self, uuid: str) -> str | None:
         """The D-Bus path of a characteristic some app (through vigild) published, or None."""
