@@ -888,7 +888,7 @@ class BluetoothMock:
     def value(self, address: str, uuid: str) -> bytes:
         """The characteristic's value now: what a central last wrote, or what it was given."""
         import dbus
-        import dbus.bus
+        import dbus.bus  # type: ignore[import-not-found, import-untyped, unused-ignore]
         bus = dbus.bus.BusConnection(self._mock.address)
         try:
             properties = dbus.Interface(bus.get_object("org.bluez", self._characteristic(address, uuid)),
