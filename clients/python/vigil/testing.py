@@ -184,6 +184,8 @@ class SerialAccessory:
             raise ValueError(f"SerialAccessory name {self.name!r}: letters, digits, '_', '.', '-' only")
         if not self.protocols:
             raise ValueError(f"SerialAccessory {self.name}: at least one protocol string")
+        if not isinstance(self.modem_lines, bool):
+            raise ValueError(f"SerialAccessory {self.name}: modem_lines is true or false")
         object.__setattr__(self, "protocols", tuple(self.protocols))
 
     def testbed_options(self, index: int) -> str:
