@@ -24,6 +24,7 @@ results = os.environ.get("VIGIL_LAB_RESULTS", "/tmp")
 # From /tmp: the repository is read-only in the guest, and `import vigil` is then the installed wheel.
 run = subprocess.run([PYTHON, "-m", "pytest", "-v", "-p", "no:cacheprovider", "--vigil-hardware=lab",
                       "--vigild", VIGILD, "--junitxml", os.path.join(results, "pytest-example.xml"),
+                      f"--vigil-artifacts={os.path.join(results, 'pytest-example-artifacts')}",
                       os.path.join(REPO, "clients", "python", "examples", "pytest_rig")],
                      cwd="/tmp", env=dict(os.environ, VIGIL_REPO=REPO))
 sys.exit(run.returncode)

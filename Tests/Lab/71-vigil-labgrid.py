@@ -36,6 +36,7 @@ results = os.environ.get("VIGIL_LAB_RESULTS", "/tmp")
 # The ini file (clients/python/pyproject.toml) says where the rootdir is: no cache, no writes there.
 run = subprocess.run([PYTHON, "-m", "pytest", "-v", "-p", "no:cacheprovider", "--vigil-hardware=lab",
                       f"--vigild={VIGILD}", "--junitxml", os.path.join(results, "pytest-labgrid.xml"),
+                      f"--vigil-artifacts={os.path.join(results, 'pytest-labgrid-artifacts')}",
                       "--basetemp", "/tmp/vigil-labgrid-pytest",
                       os.path.join(REPO, "clients", "python", "tests", "test_labgrid.py")],
                      cwd="/tmp", env=dict(os.environ, VIGIL_REPO=REPO))
