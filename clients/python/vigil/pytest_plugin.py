@@ -39,6 +39,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import traceback
 import types
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -288,37 +289,43 @@ def _start_daemon(request: pytest.FixtureRequest, node: pytest.Item | pytest.Col
     gadgets: list[_lab.LabAccessory] = []
     failed = True
     try:
-        if own_mock:
-            mock = BluetoothMock().start()
-            env = mock.env
-        daemon = VigilDaemon(root, vigild=binary, timings=options.get("timings"), settings=options.get("settings"),
-                             env=env, accessory=(described or True) if accessory else False, bluetooth=bluetooth,
-                             report_in_errors=False)
-        daemon.artifacts = kept_at
-        daemon.bluetooth_mock = mock
         try:
-            daemon.start()
-        except Exception as error:
-            error.add_note(f"vigild's folder (kept): {kept_at}")
+            if own_mock:
+                mock = BluetoothMock().start()
+                env = mock.env
+            daemon = VigilDaemon(root, vigild=binary, timings=options.get("timings"), settings=options.get("settings"),
+                                 env=env, accessory=(described or True) if accessory else False, bluetooth=bluetooth,
+                                 report_in_errors=False)
+            daemon.artifacts = kept_at
+            daemon.bluetooth_mock = mock
+            try:
+                daemon.start()
+            except Exception as error:
+                error.add_note(f"vigild's folder (kept): {kept_at}")
+                raise
+            if gadgets_wanted:
+                repo = find_repo()
+                assert repo is not None
+                for description in gadgets_wanted:
+                    gadgets.append(_lab.LabAccessory(repo, description, len(gadgets_wanted),
+                                                     daemon.root / "devices" / f"{description.name}.log"))
+                daemon.accessories = {gadget.description.name: gadget for gadget in gadgets}
+                daemon.accessory = gadgets[0]
+            for app in spec.apps if spec is not None else ():
+                command = [part.replace("{root}", str(daemon.root)) for part in app.command]
+                daemon.install_app(app.id, command, background_modes=app.background_modes,
+                                   accessory_protocols=app.accessory_protocols, exits_on_suspend=app.exits_on_suspend,
+                                   extra=app.extra)
+            for app in spec.apps if spec is not None else ():
+                if app.launch:
+                    daemon.launch(app.id)
+            if daemon.accessories and spec is not None:
+                _wait_for_accessories(daemon)
+        except Exception:
+            # Why the setup failed, with the folder: a console that is cut off (a CI job's time
+            # limit) loses pytest's summary, not this.
+            (root / "setup-error.txt").write_text(traceback.format_exc())
             raise
-        if gadgets_wanted:
-            repo = find_repo()
-            assert repo is not None
-            for description in gadgets_wanted:
-                gadgets.append(_lab.LabAccessory(repo, description, len(gadgets_wanted),
-                                                 daemon.root / "devices" / f"{description.name}.log"))
-            daemon.accessories = {gadget.description.name: gadget for gadget in gadgets}
-            daemon.accessory = gadgets[0]
-        for app in spec.apps if spec is not None else ():
-            command = [part.replace("{root}", str(daemon.root)) for part in app.command]
-            daemon.install_app(app.id, command, background_modes=app.background_modes,
-                               accessory_protocols=app.accessory_protocols, exits_on_suspend=app.exits_on_suspend,
-                               extra=app.extra)
-        for app in spec.apps if spec is not None else ():
-            if app.launch:
-                daemon.launch(app.id)
-        if daemon.accessories and spec is not None:
-            _wait_for_accessories(daemon)
         failed = False
         yield daemon
         failed = node.stash.get(_FAILED, False) if isinstance(node, pytest.Item) else bool(
