@@ -3,7 +3,10 @@
 clients/python/examples/pytest_rig, the same tests CI runs on the host
 against umockdev and the BlueZ mock, here with --vigil-hardware=lab: the
 sensor logger fed by a USB CDC-ACM gadget through real udev, the heart-rate
-logger woken by a Bumble monitor's notifications through bluetoothd.
+logger woken by a Bumble monitor's notifications through bluetoothd, and two
+described accessories (own USB identities, protocol strings and line
+settings) as two gadgets. Failing tests' artifact folders are kept in the
+results (pytest-example-artifacts/).
 
 Uses the repository's .venv (scripts/setup makes it; scripts/test-python
 installs the wheel into it) and the built vigild.
