@@ -30,7 +30,16 @@ stdin, one reply line each on stdout:
     add NAME JSON  -> ok NODE      plug in another device, NAME, made with JSON's
                                    keyword arguments of VirtualSerialAccessory
                                    (port, serial, protocols, manufacturer, ...)
-    @NAME REQUEST  -> ...          write, read, unplug or plug that device
+    lines          -> ok JSON      a device with modem_lines: every line now
+                                   ({"dtr": ..., "rts": ..., "cts": ..., "dsr": ...,
+                                   "dcd": ..., "ri": ..., "break": ...})
+    setlines JSON  -> ok           the device's CTS, DSR, DCD, RI ({"cts": true})
+    pulselines JSON -> ok          each line named (["ri"]) flips and flips back at
+                                   once: only its transition counter shows it
+    linelog N SECS -> ok JSON      the host's DTR/RTS/break changes after the first N
+                                   ([{"time", "dtr", "rts", "break"}]), waiting up
+                                   to SECS for one
+    @NAME REQUEST  -> ...          write, read, unplug, plug or a line request of that device
     quit           -> ok           terminate COMMAND and exit
 """
 
@@ -134,6 +143,8 @@ def main():
             name, _, options = argument.partition(" ")
             others[name] = devices.VirtualSerialAccessory(testbed, **json.loads(options))
             reply = "ok " + others[name].plug()
+        elif verb in ("lines", "setlines", "pulselines", "linelog"):
+            reply = device.line_request(verb, argument)
         elif verb == "pid":
             reply = f"ok {child}"
         elif verb == "quit":

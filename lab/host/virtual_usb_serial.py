@@ -6,7 +6,30 @@ and scripts/virtual-accessory: a USB device 1209:0001 ("Vigil Labs"
 tty child with the udev properties udevd's usb_id builtin and
 udev/70-vigil-accessories.rules would set. Feed the text to
 UMockdev.Testbed.add_from_string; the tty's node is then backed by a pty.
+
+A pty has no modem lines; with `modem_lines=True` the node gets them the way
+a USB CDC-ACM port has them, emulated by ModemLineEmulation (umockdev's ioctl
+handler for the node): the host's DTR and RTS (TIOCMSET/TIOCMBIS/TIOCMBIC,
+raised at every open, dropped at the last close with HUPCL), its breaks
+(TIOCSBRK/TIOCCBRK), and the device's CTS, DSR, DCD and RI with their
+transition counters (TIOCMGET, TIOCGICOUNT). RS-485 stays unsupported, as on
+cdc_acm.
 """
+
+import json
+import struct
+import termios
+import threading
+import time
+
+#: TIOCM_* bits by line name (termios has them on Linux).
+LINE_BITS = {"dtr": termios.TIOCM_DTR, "rts": termios.TIOCM_RTS, "cts": termios.TIOCM_CTS,
+             "dsr": termios.TIOCM_DSR, "dcd": termios.TIOCM_CAR, "ri": termios.TIOCM_RNG}
+DEVICE_LINES = ("cts", "dsr", "dcd", "ri")
+TIOCGICOUNT = 0x545D
+TIOCSBRK, TIOCCBRK = 0x5427, 0x5428
+#: struct serial_icounter_struct: cts, dsr, rng, dcd, rx, tx, frame, overrun, parity, brk, buf_overrun, reserved[9].
+ICOUNT = struct.Struct("20i")
 
 USB = "/sys/devices/pci0000:00/0000:00:14.0/usb1/1-2"
 INTERFACE = USB + "/1-2:1.0"
@@ -90,6 +113,123 @@ E: VIGIL_NAME={vigil_name}
 """
 
 
+class ModemLineEmulation:
+    """Modem lines for one device's node: umockdev hands every ioctl the host
+    makes on the node to `handle` (on the testbed's worker thread); the
+    device's side (the testbed's requests) sets its lines and reads what the
+    host did. `history` is every change of the host's outputs (DTR, RTS,
+    break), timestamped, so a test sees a reset pulse that is over by the
+    time it looks."""
+
+    def __init__(self, pty_settings):
+        #: Returns the tty's termios (None once the device is gone): HUPCL decides the last close.
+        self._pty_settings = pty_settings
+        self._changed = threading.Condition()
+        self.lines = {name: False for name in LINE_BITS}
+        self.lines["dsr"] = self.lines["dcd"] = True  # a CDC-ACM device that is up says so
+        self.counters = {name: 0 for name in DEVICE_LINES}
+        self.in_break = False
+        self.opened = 0
+        self.history = []
+
+    def attach(self, testbed, node):
+        from gi.repository import UMockdev
+
+        handler = UMockdev.IoctlBase()
+        handler.connect("handle-ioctl", lambda _handler, client: self.handle(client))
+        handler.connect("client-connected", lambda _handler, _client: self.opened_by_host())
+        handler.connect("client-vanished", lambda _handler, _client: self.closed_by_host())
+        testbed.attach_ioctl(node, handler)
+        self.handler = handler
+
+    def _record(self):
+        # Called with the condition held, after the host changed an output.
+        self.history.append({"time": time.time(), "dtr": self.lines["dtr"], "rts": self.lines["rts"],
+                             "break": self.in_break})
+        self._changed.notify_all()
+
+    def _set_outputs(self, bits):
+        dtr, rts = bool(bits & LINE_BITS["dtr"]), bool(bits & LINE_BITS["rts"])
+        if (dtr, rts) != (self.lines["dtr"], self.lines["rts"]):
+            self.lines["dtr"], self.lines["rts"] = dtr, rts
+            self._record()
+
+    def _bits(self):
+        return sum(bit for name, bit in LINE_BITS.items() if self.lines[name])
+
+    def opened_by_host(self):
+        # Linux raises DTR and RTS at every open of a tty port.
+        with self._changed:
+            self.opened += 1
+            self._set_outputs(self._bits() | LINE_BITS["dtr"] | LINE_BITS["rts"])
+
+    def closed_by_host(self):
+        with self._changed:
+            self.opened = max(0, self.opened - 1)
+            settings = self._pty_settings()
+            if self.opened == 0 and (settings is None or settings[2] & termios.HUPCL):
+                self._set_outputs(self._bits() & ~(LINE_BITS["dtr"] | LINE_BITS["rts"]))
+
+    def handle(self, client):
+        """One ioctl of the host's; False leaves it to umockdev (the pty)."""
+        request = client.get_request()
+        with self._changed:
+            if request == termios.TIOCMGET:
+                client.get_arg().resolve(0, 4).update(0, struct.pack("i", self._bits()))
+            elif request in (termios.TIOCMSET, termios.TIOCMBIS, termios.TIOCMBIC):
+                (bits,) = struct.unpack("i", bytes(client.get_arg().resolve(0, 4).retrieve()))
+                outputs = bits & (LINE_BITS["dtr"] | LINE_BITS["rts"])
+                if request == termios.TIOCMSET:
+                    self._set_outputs((self._bits() & ~(LINE_BITS["dtr"] | LINE_BITS["rts"])) | outputs)
+                elif request == termios.TIOCMBIS:
+                    self._set_outputs(self._bits() | outputs)
+                else:
+                    self._set_outputs(self._bits() & ~outputs)
+            elif request == TIOCGICOUNT:
+                counts = [self.counters["cts"], self.counters["dsr"], self.counters["ri"], self.counters["dcd"]]
+                client.get_arg().resolve(0, ICOUNT.size).update(0, ICOUNT.pack(*counts, *[0] * 16))
+            elif request in (TIOCSBRK, TIOCCBRK):
+                if self.in_break != (request == TIOCSBRK):
+                    self.in_break = request == TIOCSBRK
+                    self._record()
+            else:
+                return False
+        client.complete(0, 0)
+        return True
+
+    # -- the device's side
+
+    def set_device_lines(self, lines):
+        """Sets CTS, DSR, DCD and/or RI ({name: bool}); each change counts, as a UART counts edges."""
+        unknown = set(lines) - set(DEVICE_LINES)
+        if unknown:
+            raise ValueError(f"not a device line: {', '.join(sorted(unknown))} (the device sets {', '.join(DEVICE_LINES)})")
+        with self._changed:
+            for name, up in lines.items():
+                if self.lines[name] != bool(up):
+                    self.lines[name] = bool(up)
+                    self.counters[name] += 1
+
+    def pulse_device_lines(self, names):
+        """Each named line flips and flips back at once: only its counter shows it (a ring, a glitch)."""
+        unknown = set(names) - set(DEVICE_LINES)
+        if unknown:
+            raise ValueError(f"not a device line: {', '.join(sorted(unknown))} (the device sets {', '.join(DEVICE_LINES)})")
+        with self._changed:
+            for name in names:
+                self.counters[name] += 2
+
+    def state(self):
+        with self._changed:
+            return dict(self.lines, **{"break": self.in_break})
+
+    def changes(self, since, timeout):
+        """The host's output changes after the first `since`, waiting up to `timeout` s for one."""
+        with self._changed:
+            self._changed.wait_for(lambda: len(self.history) > since, timeout)
+            return self.history[since:]
+
+
 class VirtualSerialAccessory:
     """The device's side of the fake accessory in a umockdev testbed: plugs it
     in (on the next /dev/ttyACMn), writes and reads the pty behind its node, and
@@ -97,10 +237,11 @@ class VirtualSerialAccessory:
 
     def __init__(self, testbed, protocols=PROTOCOLS, port="1-2", serial="VGL123", manufacturer="Vigil Labs",
                  product="Vigil Sensor", name="Vigil Sensor", first_number=0, vendor_id="1209",
-                 product_id="0001", line_settings="115200 8N1 rtscts"):
+                 product_id="0001", line_settings="115200 8N1 rtscts", modem_lines=False):
         """Defaults are the one sensor every test knows; another device needs its
         own USB `port` and `first_number` (its nodes are ttyACM<first_number>...).
-        `vendor_id`/`product_id` are four hex digits."""
+        `vendor_id`/`product_id` are four hex digits. `modem_lines`: emulate
+        the port's modem lines (ModemLineEmulation) instead of a bare pty's none."""
         self.testbed = testbed
         self.protocols = protocols
         self.port = port
@@ -113,6 +254,9 @@ class VirtualSerialAccessory:
         self.line_settings = line_settings
         self.number = first_number - 1
         self.pty = None
+        self.modem_lines = modem_lines
+        #: The node's modem lines while plugged in (with `modem_lines`), else None.
+        self.lines = None
 
     @property
     def node(self):
@@ -135,6 +279,10 @@ class VirtualSerialAccessory:
         import os
 
         self.number += 1
+        if self.modem_lines:
+            # Before the node exists: whoever opens it at its add uevent gets the lines.
+            self.lines = ModemLineEmulation(self._pty_settings)
+            self.lines.attach(self.testbed, self.node)
         self.testbed.add_from_string(
             usb_device(self.port, self.serial, self.manufacturer, self.product, self.vendor_id, self.product_id)
             + "\n" + tty(f"ttyACM{self.number}", self.number, self.protocols, self.port, self.serial, self.name,
@@ -144,10 +292,38 @@ class VirtualSerialAccessory:
         os.set_inheritable(self.pty, False)
         return self.node
 
+    def _pty_settings(self):
+        pty = self.pty
+        if pty is None:
+            return None
+        try:
+            return termios.tcgetattr(pty)  # on the pty's controller side: the node's (host's) settings
+        except termios.error:
+            return None
+
     def write(self, data):
         import os
 
         return os.write(self.pty, data)
+
+    def line_request(self, verb, argument):
+        """The testbed's line requests: `lines` -> JSON state, `setlines JSON`, `pulselines JSON`,
+        `linelog SINCE SECS` -> JSON."""
+        if self.lines is None:
+            return "error this device has no modem lines (plugged in without modem_lines)"
+        if verb == "lines":
+            return "ok " + json.dumps(self.lines.state())
+        if verb in ("setlines", "pulselines"):
+            try:
+                if verb == "setlines":
+                    self.lines.set_device_lines(json.loads(argument))
+                else:
+                    self.lines.pulse_device_lines(json.loads(argument))
+            except ValueError as error:
+                return f"error {error}"
+            return "ok"
+        since, _, timeout = argument.partition(" ")
+        return "ok " + json.dumps(self.lines.changes(int(since or 0), float(timeout or 0)))
 
     def feed(self, data, patience=30.0):
         """Writes all of `data`, waiting while the host's flow control holds the
@@ -199,3 +375,6 @@ class VirtualSerialAccessory:
             self.testbed.uevent(path, "remove")
         for path in removed:
             self.testbed.remove_device(path)
+        if self.lines is not None:
+            self.testbed.detach_ioctl(self.node)
+            self.lines = None

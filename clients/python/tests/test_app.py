@@ -18,7 +18,7 @@ def test_launch_options_events_background_task_and_suspension(vigild: VigilDaemo
     assert task["task"] == 1 and 0 < task["remaining"] < float("inf")
     # Acknowledged and finished: the daemon suspends it at once.
     vigild.wait_for_state(app.app_id, "suspended")
-    assert vigild.app(app.app_id)["unacknowledgedEvents"] == 0
+    assert vigild.app_info(app.app_id).unacknowledged_events == 0
 
 
 def test_foreground_is_unlimited_and_lifecycle_is_reported(vigild: VigilDaemon, recorder) -> None:
@@ -36,13 +36,13 @@ def test_reconnects_after_a_daemon_restart_and_gets_unacknowledged_events_again(
     app = recorder()
     vigild.launch(app.app_id)
     app.wait_for(lambda r: r["kind"] == "launch", "the launch")
-    pid = vigild.app(app.app_id)["pid"]
+    pid = vigild.app_info(app.app_id).pid
     vigild.process.terminate()  # a graceful stop leaves the apps running
     vigild.process.wait(15)
     vigild.start()
     restored = app.wait_for(lambda r: r["kind"] == "restored", "the reconnection")
     assert restored["generation"] == 1
-    assert vigild.wait_until(lambda: vigild.app(app.app_id)["pid"] == pid, "the app adopted")
+    assert vigild.wait_until(lambda: vigild.app_info(app.app_id).pid == pid, "the app adopted")
     accepted = vigild.wake(app.app_id, payload=b"after")
     app.wait_for(lambda r: r["kind"] == "event" and r["seq"] == accepted["seq"], "an event on the new connection")
 
@@ -76,6 +76,6 @@ def test_an_event_is_acknowledged_only_once_handled(vigild: VigilDaemon, recorde
     app.wait_for(lambda r: r["kind"] == "launch", "the launch")
     accepted = vigild.wake(app.app_id, kind="ble.held")
     app.wait_for(lambda r: r["kind"] == "event" and r["seq"] == accepted["seq"], "the event")
-    assert vigild.app(app.app_id)["unacknowledgedEvents"] == 1
+    assert vigild.app_info(app.app_id).unacknowledged_events == 1
     (app.path.parent / (app.path.name + ".go")).touch()
-    vigild.wait_until(lambda: vigild.app(app.app_id)["unacknowledgedEvents"] == 0, "the acknowledgement")
+    vigild.wait_until(lambda: vigild.app_info(app.app_id).unacknowledged_events == 0, "the acknowledgement")

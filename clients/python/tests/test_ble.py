@@ -3,7 +3,7 @@
 import asyncio
 
 import vigil
-from vigil.testing import BluetoothMock, VigilDaemon
+from vigil.testing import BlePeripheral, BluetoothMock, GattCharacteristic, GattDescriptor, GattService, VigilDaemon
 
 HRM = "AA:BB:CC:DD:EE:01"
 
@@ -67,6 +67,46 @@ def test_an_app_peripheral_answers_reads_and_is_woken_for_them(bluez_mock: Bluet
     assert bluez_mock.remote_read(path) == ("", b"value-1")  # answered in the foreground
     vigild.suspend(app.app_id)
     assert bluez_mock.remote_read(fixed) == ("", b"\x02")  # the daemon answers: no wake
-    assert vigild.app(app.app_id)["state"] == "suspended"
+    assert vigild.app_info(app.app_id).state == "suspended"
     assert bluez_mock.remote_read(path) == ("", b"value-2")  # wakes the app, which answers
     vigild.wait_for_state(app.app_id, "suspended")  # it acknowledged and finished processing
+
+
+THERMOMETER = BlePeripheral(
+    address="C0:DE:00:00:00:42", name="Acme Thermometer", manufacturer_data={0xFFFF: b"\x01\x02"},
+    services=(GattService("181a", (GattCharacteristic("2a6e", ("read", "notify"), b"\x34\x08"),)),  # 21.00 °C
+              GattService("a0b10001-0000-4000-8000-00805f9b34fb", (
+                  GattCharacteristic("a0b10002-0000-4000-8000-00805f9b34fb", ("read", "write"), b"idle",
+                                     (GattDescriptor("2901", b"mode"),)),))))
+
+
+async def test_a_peripheral_described_by_its_gatt_database(bluez_mock: BluetoothMock, vigild: VigilDaemon) -> None:
+    bluez_mock.add_peripheral(THERMOMETER)
+    mode = "a0b10002-0000-4000-8000-00805f9b34fb"
+    async with vigil.Control(vigild.socket) as control:
+        central = await control.central()
+        await central.wait_powered_on(20)
+        found = await central.find_device_by_address(THERMOMETER.address, timeout=20, services=["181a"])
+        assert found is not None and found.name == "Acme Thermometer"
+        async with central.connect(THERMOMETER.address, timeout=20) as client:
+            services = await client.get_services()
+            assert services.get_service("181a") is not None
+            assert services.get_service("a0b10001-0000-4000-8000-00805f9b34fb") is not None
+            assert await client.read_gatt_char("2a6e") == bytearray(b"\x34\x08")
+            await client.write_gatt_char(mode, b"fast", response=True)
+            assert bluez_mock.value(THERMOMETER.address, mode) == b"fast"
+            assert await client.read_gatt_char(mode) == bytearray(b"fast")
+            bluez_mock.set_value(THERMOMETER.address, "2a6e", b"\x98\x08")
+            assert await client.read_gatt_char("2a6e") == bytearray(b"\x98\x08")
+            values: asyncio.Queue[bytes] = asyncio.Queue()
+            await client.start_notify("2a6e", lambda char, data: values.put_nowait(bytes(data)))
+            while bluez_mock.notify(THERMOMETER.address, "2a6e", b"\xfc\x08") == 0:  # until subscribed at BlueZ
+                await asyncio.sleep(0.05)
+            assert await asyncio.wait_for(values.get(), 20) == b"\xfc\x08"
+    try:
+        BlePeripheral(address="C0:DE:00:00:00:43", services=(GattService("180f", (
+            GattCharacteristic("2a19", ("read", "notifyy")),)),))
+    except ValueError as error:
+        assert "notifyy" in str(error)
+    else:
+        raise AssertionError("an unknown flag was taken")

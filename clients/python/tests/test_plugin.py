@@ -70,7 +70,7 @@ def test_a_failing_test_keeps_its_artifacts_and_reports_them_once(pytester: pyte
             vigild.wait_until(lambda: False, "what never comes", timeout=0.2)
 
         def test_passes(vigild):
-            assert vigild.control(lambda control: control.apps()) == []
+            assert vigild.control(lambda control: control.app_list()) == []
     """)
     artifacts = pytester.path / "artifacts"
     junit = pytester.path / "junit.xml"
@@ -144,7 +144,7 @@ import vigil
 
 async def test_an_unmarked_async_test(vigild):
     async with vigil.Control(vigild.socket) as control:
-        assert await control.apps() == []
+        assert await control.app_list() == []
 
 @pytest.mark.vigil(timings={"suspend-grace": 1})
 async def test_an_async_test_with_the_marker_only():
@@ -203,12 +203,12 @@ def test_a_module_scoped_daemon_is_shared_by_the_module_and_a_session_one_by_all
                 pids.write(f"{__name__} {vigild_module.process.pid} {vigild_session.process.pid}\\n")
 
         def test_second(vigild_module, vigild_session):
-            assert vigild_module.app("org.example.sleeper")["pid"]  # the first test's app, still there
+            assert vigild_module.app_info("org.example.sleeper").pid  # the first test's app, still there
             with open("pids.txt", "a") as pids:
                 pids.write(f"{__name__} {vigild_module.process.pid} {vigild_session.process.pid}\\n")
 
         def test_a_test_daemon_is_another(vigild, vigild_module):
-            assert vigild.socket != vigild_module.socket and vigild.control(lambda c: c.apps()) == []
+            assert vigild.socket != vigild_module.socket and vigild.control(lambda c: c.app_list()) == []
     """
     pytester.makepyfile(test_one=suite, test_two=suite)
     result = run(pytester, request)
@@ -292,3 +292,33 @@ def test_a_bad_rig_file_is_a_usage_error_naming_the_key(pytester: pytest.Pyteste
     result = run(pytester, request, f"--vigil-rig={rig}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*vigil rig file: {rig}: daemons.gateway.scope: one of function, module, session*"])
+
+
+def test_path_options_work_with_and_without_equals(pytester: pytest.Pytester, request: pytest.FixtureRequest) -> None:
+    """`--vigild PATH` as two arguments: pytest first takes PATH for a test path when it
+    looks for the ini file (the plugin's options are not known yet); the plugin has it look
+    again, so the suite's pytest.ini (its keys and addopts) counts as with `--vigild=PATH`,
+    not the one beside the binary (which pytest, taking it for a test path, found first)."""
+    built = request.config.getoption("--vigild") or os.environ.get("VIGILD")
+    if not built:
+        pytest.skip("needs a vigild binary (--vigild or $VIGILD)")
+    tools = pytester.mkdir("tools")
+    (tools / "pytest.ini").write_text('[pytest]\naddopts = -k "not the_suites_ini_counts"\n')
+    binary = tools / "vigild"
+    binary.symlink_to(os.path.abspath(built))
+    suite = pytester.mkdir("suite")
+    (suite / "pytest.ini").write_text('[pytest]\nvigil_artifacts = kept\naddopts = -k "not excluded"\n')
+    (suite / "test_ini.py").write_text(
+        "from pathlib import Path\n\n"
+        "def test_the_suites_ini_counts(request, vigild):\n"
+        "    assert request.config.inipath == Path(__file__).parent / 'pytest.ini'\n"
+        "    assert request.config.getini('vigil_artifacts') == 'kept'\n"
+        "    assert request.config.getoption('--vigild') == %r\n\n"
+        "def test_excluded():\n"
+        "    assert False, 'excluded by the addopts of the ini file'\n" % str(binary))
+    pytester._monkeypatch.setenv("PYTHONPATH", os.pathsep.join(sys.path))
+    pytester._monkeypatch.setenv("TMPDIR", str(temporary_folder(pytester)))
+    plugin = [] if request.config.pluginmanager.has_plugin("vigil") else ["-p", "vigil.pytest_plugin"]
+    for spelling in (["--vigild", str(binary)], [f"--vigild={binary}"]):
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *plugin, *spelling, str(suite))
+        result.assert_outcomes(passed=1, deselected=1)

@@ -16,9 +16,6 @@ from typing import Any
 
 from .testing import ByteStream, SerialAccessory, VirtualAccessory
 
-#: What the host testbed's accessory is (Tests/python/accessory_testbed.py), made a gadget.
-VENDOR, PRODUCT, SERIAL = 0x1209, 0x0001, "VGL123"
-PROTOCOLS = "org.example.sensor org.example.dfu"
 RULES_DIR = "/run/udev/rules.d"
 
 
@@ -32,62 +29,87 @@ def _lab(repo: Path) -> Any:
     return vigillab
 
 
+def _udev_value(text: str) -> str:
+    # A udev rule's value is a double-quoted string: no quotes or backslashes inside.
+    return text.replace("\\", "_").replace('"', "_")
+
+
 class LabAccessory(VirtualAccessory):
-    """A USB CDC-ACM gadget with the testbed accessory's identity; vigild sees
-    it through the guest's real udev (the node as `/dev/ttyACMn`). The
-    virtual accessory's methods (read, expect, write, unplug, plug)."""
+    """A USB CDC-ACM gadget with a described accessory's identity (vendor and
+    product id, strings, serial number) and, from a udev rule of its own, its
+    protocol strings, line settings and name: vigild sees it through the
+    guest's real udev (the node as `/dev/ttyACMn`). The virtual accessory's
+    methods (read, expect, write, unplug, plug); not its modem lines (the
+    gadget's tty is told nothing of DTR/RTS: Tests/Lab/54-* reads them on the wire)."""
 
-    NAME = "vigil-pytest"
-
-    def __init__(self, repo: Path) -> None:
+    def __init__(self, repo: Path, description: SerialAccessory | None = None, count: int = 1,
+                 log_path: str | os.PathLike[str] | None = None) -> None:
         ByteStream.__init__(self)
-        self.description = SerialAccessory()
-        self.log_path = None
+        self.description = description = description or SerialAccessory()
+        self.log_path = None if log_path is None else Path(log_path)
+        self._line_cursor = 0
+        self.name = f"vigil-pytest-{description.name}"
         self._lab = lab = _lab(repo)
         lab.udev_up()
-        lab.usb_init(2)
+        lab.usb_init(max(2, count))
         os.makedirs(RULES_DIR, exist_ok=True)
         self._rules = [os.path.join(RULES_DIR, "70-vigil-accessories.rules"),
-                       os.path.join(RULES_DIR, "69-vigil-pytest.rules")]
+                       os.path.join(RULES_DIR, f"69-{self.name}.rules")]
         shutil.copyfile(repo / "udev" / "70-vigil-accessories.rules", self._rules[0])
         Path(self._rules[1]).write_text(
-            f'SUBSYSTEM=="tty", SUBSYSTEMS=="usb", ATTRS{{idVendor}}=="{VENDOR:04x}", '
-            f'ATTRS{{idProduct}}=="{PRODUCT:04x}", ENV{{VIGIL_ACCESSORY}}="1", ENV{{VIGIL_PROTOCOLS}}="{PROTOCOLS}"\n')
+            f'SUBSYSTEM=="tty", SUBSYSTEMS=="usb", ATTRS{{idVendor}}=="{description.vendor_id.lower()}", '
+            f'ATTRS{{idProduct}}=="{description.product_id.lower()}", '
+            f'ATTRS{{serial}}=="{_udev_value(description.serial)}", ENV{{VIGIL_ACCESSORY}}="1", '
+            f'ENV{{VIGIL_PROTOCOLS}}="{" ".join(description.protocols)}", '
+            f'ENV{{VIGIL_SERIAL}}="{_udev_value(description.line_settings)}", '
+            f'ENV{{VIGIL_NAME}}="{_udev_value(description.product)}"\n')
         subprocess.run(["udevadm", "control", "--reload"], check=True)
         self._fd = -1
         self.plug()
 
     def plug(self) -> str:
         """Plugs the gadget in (again); the host's node."""
+        self._log("plug")
         if self._fd < 0:
-            host, gadget = self._lab.usb_plug(self.NAME, VENDOR, PRODUCT, "Vigil Labs", "Vigil Sensor", SERIAL)
+            d = self.description
+            host, gadget = self._lab.usb_plug(self.name, int(d.vendor_id, 16), int(d.product_id, 16),
+                                              d.manufacturer, d.product, d.serial)
         else:
             os.close(self._fd)
-            host, gadget = self._lab.usb_replug(self.NAME)
+            host, gadget = self._lab.usb_replug(self.name)
         self._fd = self._lab.open_raw(gadget)
         return str(host)
 
     def unplug(self) -> None:
-        self._lab.usb_unplug(self.NAME)
+        self._log("unplug")
+        self._lab.usb_unplug(self.name)
 
     def write(self, data: bytes) -> None:
+        self._log(f"device -> host {bytes(data)!r}")
         self._lab.write_all(self._fd, bytes(data))
 
     def _more(self, timeout: float) -> bytes:
         if select.select([self._fd], [], [], max(timeout, 0))[0]:
-            return os.read(self._fd, 65536)
+            data = os.read(self._fd, 65536)
+            self._log(f"host -> device {data!r}")
+            return data
         return b""
+
+    def _no_lines(self, *_: Any, **__: Any) -> Any:
+        raise NotImplementedError("in the lab the accessory is a USB gadget whose tty is told nothing of the "
+                                  "modem lines (f_acm); virtual modem lines are on the host (--vigil-hardware=virtual)")
+
+    set_modem_lines = pulse_modem_lines = modem_lines = line_changes = expect_lines = _no_lines
 
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
         try:
-            self._lab.usb_remove(self.NAME)
+            self._lab.usb_remove(self.name)
         finally:
-            for path in self._rules:
-                if os.path.exists(path):
-                    os.unlink(path)
+            if os.path.exists(self._rules[1]):
+                os.unlink(self._rules[1])
             subprocess.run(["udevadm", "control", "--reload"])
 
 
@@ -107,6 +129,10 @@ class LabBluetooth:
                                     "--name", name, "--interval", "0.5")
         self._peers[address.upper()] = peer
         return address
+
+    def add_peripheral(self, peripheral: Any) -> str:
+        raise NotImplementedError("a peripheral described by its GATT database is the BlueZ mock's "
+                                  "(--vigil-hardware=virtual); the lab has Bumble's heart-rate monitor only")
 
     def notify_heart_rate(self, address: str, bpm: int) -> int:
         """The monitor notifies every 0.5 s while subscribed; from now on with `bpm`."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -20,8 +21,8 @@ class Control(Client):
     """Inspect the daemon and drive app lifecycles, as vigilctl does:
 
         async with vigil.Control() as control:
-            for app in await control.apps():
-                print(app["id"], app["state"])
+            for app in await control.app_list():
+                print(app.id, app.state)
             await control.launch("org.example.logger")
 
     Open to the daemon's user and root (and with the system daemon its
@@ -99,41 +100,47 @@ class Control(Client):
         return _members((await self.request("status")).header)
 
     async def app_list(self) -> list[AppInfo]:
-        """The apps, typed."""
-        return [AppInfo.from_json(app) for app in await self.apps()]
+        """The apps, typed (`raw`: the members as the daemon sent them)."""
+        return [AppInfo.from_json(app) for app in await self._raw_apps()]
 
     async def app_info(self, app_id: str) -> AppInfo:
         """One app, typed (KeyError if the daemon has none of that id)."""
-        return AppInfo.from_json(await self.app(app_id))
-
-    async def apps(self) -> list[JSON]:
-        return list((await self.request("apps"))["apps"])
-
-    async def app(self, app_id: str) -> JSON:
-        """One app object (docs/protocol.md, "App object members")."""
-        for app in await self.apps():
+        for app in await self._raw_apps():
             if app["id"] == app_id:
-                return dict(app)
+                return AppInfo.from_json(app)
         raise KeyError(app_id)
 
-    async def app_action(self, action: str, app: str) -> JSON:
-        """`launch`, `background`, `foreground`, `quit` (a user force-quit) or
-        `terminate` (by the system); the app object after the action."""
-        return dict((await self.request("appAction", action=action, app=app))["app"])
+    async def _raw_apps(self) -> list[JSON]:
+        return list((await self.request("apps"))["apps"])
 
-    async def launch(self, app: str) -> JSON:
+    async def apps(self) -> list[JSON]:
+        """Deprecated: `app_list()` (typed; the members as sent are its items' `raw`)."""
+        _deprecated("Control.apps()", "Control.app_list()")
+        return await self._raw_apps()
+
+    async def app(self, app_id: str) -> JSON:
+        """Deprecated: `app_info(app_id)` (typed; `.raw` has the members as sent)."""
+        _deprecated("Control.app(id)", "Control.app_info(id)")
+        return dict((await self.app_info(app_id)).raw)
+
+    async def app_action(self, action: str, app: str) -> AppInfo:
+        """`launch`, `background`, `foreground`, `quit` (a user force-quit) or
+        `terminate` (by the system); the app after the action."""
+        return AppInfo.from_json((await self.request("appAction", action=action, app=app))["app"])
+
+    async def launch(self, app: str) -> AppInfo:
         return await self.app_action("launch", app)
 
-    async def background(self, app: str) -> JSON:
+    async def background(self, app: str) -> AppInfo:
         return await self.app_action("background", app)
 
-    async def foreground(self, app: str) -> JSON:
+    async def foreground(self, app: str) -> AppInfo:
         return await self.app_action("foreground", app)
 
-    async def quit(self, app: str) -> JSON:
+    async def quit(self, app: str) -> AppInfo:
         return await self.app_action("quit", app)
 
-    async def terminate(self, app: str) -> JSON:
+    async def terminate(self, app: str) -> AppInfo:
         return await self.app_action("terminate", app)
 
     async def wake(self, app: str, kind: str = "test", attributes: Mapping[str, Any] | None = None,
@@ -142,23 +149,31 @@ class Control(Client):
         return _members((await self.request("wake", body=payload, app=app, kind=kind,
                                             attributes=dict(attributes or {}))).header)
 
-    async def log(self, app: str | None = None, limit: int | None = None, since: float | None = None) -> list[JSON]:
-        """The decision log, oldest first: {time, app, action, reason, state};
-        `since` in seconds since the epoch. It lasts across daemon restarts."""
+    async def _raw_log(self, app: str | None, limit: int | None, since: float | None) -> list[JSON]:
         return list((await self.request("log", **self._log_members(app, limit, since)))["decisions"])
 
-    async def devices(self, since: float | None = None) -> list[JSON]:
-        """Devices that came and went, oldest first: {time, kind, device, change, detail}."""
+    async def _raw_devices(self, since: float | None) -> list[JSON]:
         return list((await self.request("log", **self._log_members(None, 0, since))).get("devices") or [])
+
+    async def log(self, app: str | None = None, limit: int | None = None, since: float | None = None) -> list[JSON]:
+        """Deprecated: `decisions()` (typed)."""
+        _deprecated("Control.log()", "Control.decisions()")
+        return await self._raw_log(app, limit, since)
+
+    async def devices(self, since: float | None = None) -> list[JSON]:
+        """Deprecated: `device_changes()` (typed)."""
+        _deprecated("Control.devices()", "Control.device_changes()")
+        return await self._raw_devices(since)
 
     async def decisions(self, app: str | None = None, limit: int | None = None,
                         since: float | None = None) -> list[Decision]:
-        """The decision log, typed, oldest first."""
-        return [Decision.from_json(d) for d in await self.log(app, limit, since)]
+        """The decision log, oldest first (`time`, `app`, `action`, `reason`, `state`);
+        `since` in seconds since the epoch. It lasts across daemon restarts."""
+        return [Decision.from_json(d) for d in await self._raw_log(app, limit, since)]
 
     async def device_changes(self, since: float | None = None) -> list[DeviceChange]:
-        """Devices that came and went, typed, oldest first."""
-        return [DeviceChange.from_json(d) for d in await self.devices(since)]
+        """Devices that came and went, oldest first (`time`, `kind`, `device`, `change`, `detail`)."""
+        return [DeviceChange.from_json(d) for d in await self._raw_devices(since)]
 
     async def follow_log(self, app: str | None = None, limit: int | None = None,
                          since: float | None = None) -> AsyncIterator[Decision]:
@@ -213,6 +228,11 @@ class Control(Client):
                 return
             if change is not None:
                 yield change
+
+
+def _deprecated(old: str, new: str) -> None:
+    """The dict-returning calls of before the typed results: one way to do each thing."""
+    warnings.warn(f"vigil: {old} is deprecated and will be removed: use {new}", DeprecationWarning, stacklevel=3)
 
 
 def _members(header: JSON) -> JSON:

@@ -22,8 +22,7 @@ text and the properties vigil_artifacts and vigil_decision_log). `async def` tes
 use these fixtures (or the marker) and that pytest-asyncio does not run (it is absent,
 or in strict mode without an asyncio mark) run on a fresh event loop.
 
-Options (a path with "=": --vigild=PATH; pytest takes a separate one for a test path when it
-looks for its rootdir and ini file): --vigild=PATH (else $VIGILD, the ini key `vigild`, a checkout's
+Options (a path with "=" or as the next argument): --vigild PATH (else $VIGILD, the ini key `vigild`, a checkout's
 .build/debug/vigild, then PATH); --vigil-artifacts DIR (ini `vigil_artifacts`): where
 failing tests' folders go; --vigil-hardware=lab runs the session inside the Vigil lab
 guest (docs/lab.md), where `virtual_accessory` is a USB gadget seen through real udev
@@ -40,6 +39,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import traceback
 import types
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -84,6 +84,45 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("vigil_rig", "a rig file (TOML; relative to the ini file's folder)")
     parser.addini("vigild", "the vigild binary for the vigild fixtures (relative to the ini file's folder)")
     parser.addini("vigil_artifacts", "a folder for failing tests' artifact folders (relative to the ini file's folder)")
+
+
+#: The plugin's options that take a value: pytest looks for its rootdir and ini file before
+#: plugins add their options, so a value given as the next argument is taken for a test path then.
+_VALUE_OPTIONS = ("--vigild", "--vigil-artifacts", "--vigil-lab-results", "--vigil-rig")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """`--vigild PATH` (and the other path options without "="): pytest chose its rootdir
+    and ini file with PATH among the test paths, before this plugin's options were
+    known. Now they are: choose again without it, as `--vigild=PATH` would have."""
+    if not any(argument in _VALUE_OPTIONS for argument in args[:-1]):
+        return
+    namespace = early_config.known_args_namespace
+    try:
+        from _pytest.config.findpaths import determine_setup
+        found = determine_setup(inifile=namespace.inifilename, override_ini=namespace.override_ini,
+                                args=namespace.file_or_dir, rootdir_cmd_arg=namespace.rootdir or None,
+                                invocation_dir=early_config.invocation_params.dir)
+        rootpath, inipath, inicfg = found[:3]
+        if (rootpath, inipath) == (early_config.rootpath, early_config.inipath):
+            return
+        earlier_cut = str(early_config.inipath.parent if early_config.inipath else early_config.rootpath)
+        earlier_addopts = list(early_config.getini("addopts"))
+        early_config._rootpath, early_config._inipath, early_config._inicfg = rootpath, inipath, inicfg
+        if len(found) > 3:
+            early_config._ignored_config_files = found[3]
+        early_config._inicache.clear()
+    except (ImportError, TypeError, ValueError, AttributeError) as error:  # another pytest's internals
+        raise pytest.UsageError(f"write the vigil plugin's path options with '=' (--vigild=PATH) in this pytest "
+                                f"({pytest.__version__}): {error}") from error
+    parser.extra_info["rootdir"] = str(rootpath)
+    parser.extra_info["inifile"] = str(inipath)
+    if namespace.confcutdir == earlier_cut:  # pytest's default, from the ini file it had chosen
+        namespace.confcutdir = str(inipath.parent if inipath else rootpath)
+    if earlier_addopts and args[:len(earlier_addopts)] == earlier_addopts:
+        del args[:len(earlier_addopts)]  # the wrong ini file's
+    args[:0] = early_config.getini("addopts")
 
 
 def _in_lab(config: pytest.Config) -> bool:
@@ -220,7 +259,9 @@ def _start_daemon(request: pytest.FixtureRequest, node: pytest.Item | pytest.Col
     if len(described) != len(options.get("accessories") or []):
         raise pytest.UsageError("@pytest.mark.vigil(accessories=[...]) takes vigil.testing.SerialAccessory objects")
     accessory = bool(_ACCESSORY_FIXTURES & wants) or bool(described)
-    accessory = accessory and not _in_lab(request.config)  # in the lab: a USB gadget, seen through real udev
+    # In the lab: USB gadgets with the described identities, seen through real udev (not the testbed).
+    gadgets_wanted = (described or [SerialAccessory()]) if accessory and _in_lab(request.config) else []
+    accessory = accessory and not _in_lab(request.config)
     if accessory:
         missing = missing_for_accessories()
         if missing:
@@ -245,35 +286,53 @@ def _start_daemon(request: pytest.FixtureRequest, node: pytest.Item | pytest.Col
     if isinstance(node, pytest.Item):
         node.stash[_ARTIFACTS] = kept_at
     daemon: VigilDaemon | None = None
+    gadgets: list[_lab.LabAccessory] = []
     failed = True
     try:
-        if own_mock:
-            mock = BluetoothMock().start()
-            env = mock.env
-        daemon = VigilDaemon(root, vigild=binary, timings=options.get("timings"), settings=options.get("settings"),
-                             env=env, accessory=described or accessory, bluetooth=bluetooth, report_in_errors=False)
-        daemon.artifacts = kept_at
-        daemon.bluetooth_mock = mock
         try:
-            daemon.start()
-        except Exception as error:
-            error.add_note(f"vigild's folder (kept): {kept_at}")
+            if own_mock:
+                mock = BluetoothMock().start()
+                env = mock.env
+            daemon = VigilDaemon(root, vigild=binary, timings=options.get("timings"), settings=options.get("settings"),
+                                 env=env, accessory=(described or True) if accessory else False, bluetooth=bluetooth,
+                                 report_in_errors=False)
+            daemon.artifacts = kept_at
+            daemon.bluetooth_mock = mock
+            try:
+                daemon.start()
+            except Exception as error:
+                error.add_note(f"vigild's folder (kept): {kept_at}")
+                raise
+            if gadgets_wanted:
+                repo = find_repo()
+                assert repo is not None
+                for description in gadgets_wanted:
+                    gadgets.append(_lab.LabAccessory(repo, description, len(gadgets_wanted),
+                                                     daemon.root / "devices" / f"{description.name}.log"))
+                daemon.accessories = {gadget.description.name: gadget for gadget in gadgets}
+                daemon.accessory = gadgets[0]
+            for app in spec.apps if spec is not None else ():
+                command = [part.replace("{root}", str(daemon.root)) for part in app.command]
+                daemon.install_app(app.id, command, background_modes=app.background_modes,
+                                   accessory_protocols=app.accessory_protocols, exits_on_suspend=app.exits_on_suspend,
+                                   extra=app.extra)
+            for app in spec.apps if spec is not None else ():
+                if app.launch:
+                    daemon.launch(app.id)
+            if daemon.accessories and spec is not None:
+                _wait_for_accessories(daemon)
+        except Exception:
+            # Why the setup failed, with the folder: a console that is cut off (a CI job's time
+            # limit) loses pytest's summary, not this.
+            (root / "setup-error.txt").write_text(traceback.format_exc())
             raise
-        for app in spec.apps if spec is not None else ():
-            command = [part.replace("{root}", str(daemon.root)) for part in app.command]
-            daemon.install_app(app.id, command, background_modes=app.background_modes,
-                               accessory_protocols=app.accessory_protocols, exits_on_suspend=app.exits_on_suspend,
-                               extra=app.extra)
-        for app in spec.apps if spec is not None else ():
-            if app.launch:
-                daemon.launch(app.id)
-        if daemon.accessories and spec is not None:
-            _wait_for_accessories(daemon)
         failed = False
         yield daemon
         failed = node.stash.get(_FAILED, False) if isinstance(node, pytest.Item) else bool(
             request.session.testsfailed)
     finally:
+        for gadget in gadgets:
+            gadget.close()
         if daemon is not None and failed:
             daemon.save_artifacts()
         if daemon is not None:
@@ -345,23 +404,12 @@ def vigil_control(vigild: VigilDaemon) -> Iterator[ControlClient]:
 
 
 @pytest.fixture
-def virtual_accessories(request: pytest.FixtureRequest, vigild: VigilDaemon) -> Iterator[dict[str, VirtualAccessory]]:
+def virtual_accessories(vigild: VigilDaemon) -> dict[str, VirtualAccessory]:
     """The virtual accessories by name, once vigild lists every one of them; in the lab
-    a USB gadget (`_lab.LabAccessory`) as the one accessory."""
-    gadget = None
-    if _in_lab(request.config):
-        repo = find_repo()
-        assert repo is not None
-        gadget = _lab.LabAccessory(repo)
-        vigild.accessory = gadget
-        vigild.accessories = {gadget.description.name: gadget}
+    USB gadgets (`_lab.LabAccessory`) with the same identities."""
     assert vigild.accessory is not None
     _wait_for_accessories(vigild)
-    try:
-        yield vigild.accessories
-    finally:
-        if gadget is not None:
-            gadget.close()
+    return vigild.accessories
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import warnings
 from typing import Any
 
 JSON = dict[str, Any]
@@ -77,6 +78,12 @@ class AppInfo:
             log_path=text("logPath"), journal_identifier=text("journalIdentifier"),
             manifest_path=text("manifestPath"), next_refresh=_optional_float(member.get("nextRefresh")),
             refresh_interval=_optional_float(member.get("refreshInterval")), raw=dict(member))
+
+    def __getitem__(self, member: str) -> Any:
+        """Deprecated: a member by its protocol name, as the dict-returning calls gave it (`raw[member]`)."""
+        warnings.warn(f"vigil: AppInfo[{member!r}] is deprecated and will be removed: use its attribute "
+                      "(snake case) or .raw", DeprecationWarning, stacklevel=2)
+        return self.raw[member]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,7 +39,7 @@ from .testing import SerialAccessory
 SCOPES = ("function", "module", "session")
 _ACCESSORY_KEYS = {"name": "name", "vendor-id": "vendor_id", "product-id": "product_id", "serial": "serial",
                    "manufacturer": "manufacturer", "product": "product", "protocols": "protocols",
-                   "line-settings": "line_settings"}
+                   "line-settings": "line_settings", "modem-lines": "modem_lines"}
 _APP_KEYS = {"id", "exec", "background-modes", "accessory-protocols", "exits-on-suspend", "launch"}
 _DAEMON_KEYS = {"scope", "vigild", "timings", "settings", "bluez-mock", "accessories", "apps"}
 

@@ -6,8 +6,8 @@ Called from async code, it blocks that code's loop as any blocking call does.
 
     from vigil.sync import ControlClient
     with ControlClient() as control:
-        for app in control.apps():
-            print(app["id"], app["state"])
+        for app in control.app_list():
+            print(app.id, app.state)
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ._frames import (  # noqa: F401 - re-exported for vigil_client.py
 )
 from ._payloads import NotificationValue, SessionLogs, notification_values  # noqa: F401
 from .app import App, Event, Lifecycle
-from .control import Control
+from .control import Control, _deprecated
 from .records import AppInfo, Decision, DeviceChange
 
 T = TypeVar("T")
@@ -149,9 +149,12 @@ class ControlClient(Connection):
         return self._run(self.control.status())
 
     def apps(self) -> list[JSON]:
-        return self._run(self.control.apps())
+        """Deprecated: `app_list()` (typed)."""
+        _deprecated("ControlClient.apps()", "ControlClient.app_list()")
+        return self._run(self.control._raw_apps())
 
-    def app_action(self, action: str, app: str) -> JSON:
+    def app_action(self, action: str, app: str) -> AppInfo:
+        """The app after the action (launch, background, foreground, quit, terminate)."""
         return self._run(self.control.app_action(action, app))
 
     def wake(self, app: str, kind: str = "test", attributes: Mapping[str, Any] | None = None,
@@ -159,10 +162,14 @@ class ControlClient(Connection):
         return self._run(self.control.wake(app, kind, attributes, payload))
 
     def log(self, app: str | None = None, limit: int | None = None, since: float | None = None) -> list[JSON]:
-        return self._run(self.control.log(app, limit, since))
+        """Deprecated: `decisions()` (typed)."""
+        _deprecated("ControlClient.log()", "ControlClient.decisions()")
+        return self._run(self.control._raw_log(app, limit, since))
 
     def devices(self, since: float | None = None) -> list[JSON]:
-        return self._run(self.control.devices(since))
+        """Deprecated: `device_changes()` (typed)."""
+        _deprecated("ControlClient.devices()", "ControlClient.device_changes()")
+        return self._run(self.control._raw_devices(since))
 
     def app_list(self) -> list[AppInfo]:
         return self._run(self.control.app_list())

@@ -27,15 +27,19 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from ._frames import Message, VigilError
+from .accessories import Lines
 from .records import AppInfo, Decision, DeviceChange, clock
 from .sync import ControlClient
 
-STARTUP_TIMEOUT = 20.0
+#: How long a starting vigild may take to answer: longer in the lab guest, whose emulated CPU
+#: (TCG) on a busy host has taken over 20 s.
+STARTUP_TIMEOUT = 90.0 if os.environ.get("VIGIL_LAB") == "1" else 20.0
 DEFAULT_TIMINGS: dict[str, float] = {"suspend-grace": 0.5, "wake-budget": 5.0}
 JSON = dict[str, Any]
 
@@ -159,7 +163,11 @@ def _clock() -> str:
 class SerialAccessory:
     """A virtual USB serial accessory to plug into the testbed: its USB
     identity, the protocol strings udev gives it (VIGIL_PROTOCOLS), its line
-    settings. `name` is how a test picks it (`virtual_accessories[name]`)."""
+    settings. `name` is how a test picks it (`virtual_accessories[name]`).
+    `modem_lines`: the port has modem lines as a USB CDC-ACM port has them
+    (the host's DTR, RTS and breaks seen by the device, the device's CTS,
+    DSR, DCD and RI set by the test); False: a bare pty's none (vigild
+    answers line requests `notSupported`)."""
     name: str = "sensor"
     vendor_id: str = "1209"
     product_id: str = "0001"
@@ -168,6 +176,7 @@ class SerialAccessory:
     product: str = "Vigil Sensor"
     protocols: tuple[str, ...] = ("org.example.sensor", "org.example.dfu")
     line_settings: str = "115200 8N1 rtscts"
+    modem_lines: bool = True
 
     def __post_init__(self) -> None:
         for field in ("vendor_id", "product_id"):
@@ -177,6 +186,8 @@ class SerialAccessory:
             raise ValueError(f"SerialAccessory name {self.name!r}: letters, digits, '_', '.', '-' only")
         if not self.protocols:
             raise ValueError(f"SerialAccessory {self.name}: at least one protocol string")
+        if not isinstance(self.modem_lines, bool):
+            raise ValueError(f"SerialAccessory {self.name}: modem_lines is true or false")
         object.__setattr__(self, "protocols", tuple(self.protocols))
 
     def testbed_options(self, index: int) -> str:
@@ -185,7 +196,79 @@ class SerialAccessory:
             "port": f"1-{2 + index}", "first_number": 10 * index, "serial": self.serial,
             "manufacturer": self.manufacturer, "product": self.product, "name": self.product,
             "vendor_id": self.vendor_id.lower(), "product_id": self.product_id.lower(),
-            "protocols": " ".join(self.protocols), "line_settings": self.line_settings})
+            "protocols": " ".join(self.protocols), "line_settings": self.line_settings,
+            "modem_lines": self.modem_lines})
+
+
+@dataclasses.dataclass(frozen=True)
+class GattDescriptor:
+    """A descriptor of a described peripheral's characteristic."""
+    uuid: str
+    value: bytes = b""
+    flags: tuple[str, ...] = ("read",)
+
+
+@dataclasses.dataclass(frozen=True)
+class GattCharacteristic:
+    """A characteristic: `flags` as BlueZ names them (read, write, write-without-response,
+    notify, indicate, ...); one that notifies or indicates gets its 0x2902 descriptor."""
+    uuid: str
+    flags: tuple[str, ...] = ("read",)
+    value: bytes = b""
+    descriptors: tuple[GattDescriptor, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class GattService:
+    uuid: str
+    characteristics: tuple[GattCharacteristic, ...] = ()
+    primary: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class BlePeripheral:
+    """A Bluetooth LE peripheral described by its GATT database, for the BlueZ mock
+    (`bluez_mock.add_peripheral`): its address (a static random one, C0:…, as a
+    peripheral of one's own has), name, services, and what it advertises (the
+    primary services' UUIDs unless `advertised` says otherwise; manufacturer data by
+    company id)."""
+    address: str
+    name: str = ""
+    services: tuple[GattService, ...] = ()
+    advertised: tuple[str, ...] | None = None
+    manufacturer_data: Mapping[int, bytes] = dataclasses.field(default_factory=dict)
+    appearance: int | None = None
+    address_type: str = "random"
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"([0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}", self.address):
+            raise ValueError(f"BlePeripheral address {self.address!r}: six hex pairs separated by ':'")
+        for service in self.services:
+            for characteristic in service.characteristics:
+                unknown = set(characteristic.flags) - _GATT_FLAGS
+                if unknown:
+                    raise ValueError(f"BlePeripheral {self.address}: characteristic {characteristic.uuid}: "
+                                     f"unknown flags {sorted(unknown)} (BlueZ's: {sorted(_GATT_FLAGS)})")
+
+
+_GATT_FLAGS = frozenset({"broadcast", "read", "write-without-response", "write", "notify", "indicate",
+                         "authenticated-signed-writes", "extended-properties", "reliable-write",
+                         "writable-auxiliaries", "encrypt-read", "encrypt-write", "encrypt-authenticated-read",
+                         "encrypt-authenticated-write", "secure-read", "secure-write", "authorize"})
+
+
+@dataclasses.dataclass(frozen=True)
+class LineChange:
+    """A change of the host's outputs as the device saw it: DTR, RTS and
+    whether a break is on, after the change; `time` in seconds since the epoch."""
+    time: float
+    dtr: bool
+    rts: bool
+    in_break: bool = False
+
+    def __str__(self) -> str:
+        state = f"DTR {'up' if self.dtr else 'down'}, RTS {'up' if self.rts else 'down'}"
+        return f"{clock(self.time)} {state}{', break' if self.in_break else ''}"
 
 
 class ExpectTimeout(AssertionError):
@@ -266,6 +349,7 @@ class VirtualAccessory(ByteStream):
         self.description = description or SerialAccessory()
         self.log_path = None if log_path is None else Path(log_path)
         self._prefix = "" if description is None else f"@{description.name} "
+        self._line_cursor = 0  # line changes expect_lines has consumed
 
     def _log(self, line: str) -> None:
         if self.log_path is not None:
@@ -299,12 +383,61 @@ class VirtualAccessory(ByteStream):
     def plug(self) -> str:
         """Plugs it back in; the new device node."""
         self._log("plug")
+        self._line_cursor = 0  # a new port: its own line history
         return self._ask("plug").partition(" ")[2]
 
-    def set_modem_lines(self, **lines: bool) -> None:
-        """The hook for modem-line events (DCD, DSR, RI, CTS seen by the host):
-        not there yet; it comes with vigild's line control (the line-control issue)."""
-        raise NotImplementedError("virtual modem lines come with vigild's line control")
+    # -- modem lines (a SerialAccessory with modem_lines, the default)
+
+    def set_modem_lines(self, *, cts: bool | None = None, dsr: bool | None = None, dcd: bool | None = None,
+                        ri: bool | None = None) -> None:
+        """Raises (True) or drops (False) the device's lines, the host's inputs; None leaves
+        a line as it is. Each change counts (TIOCGICOUNT), so a pulse (up, then down at
+        once) reaches a watching session even when shorter than its sampling interval."""
+        lines = {name: value for name, value in (("cts", cts), ("dsr", dsr), ("dcd", dcd), ("ri", ri))
+                 if value is not None}
+        self._log("device lines " + " ".join(f"{name.upper()} {'up' if up else 'down'}" for name, up in lines.items()))
+        self._ask("setlines " + json.dumps(lines))
+
+    def pulse_modem_lines(self, *names: str) -> None:
+        """Each named device line ("cts", "dsr", "dcd", "ri") flips and flips back at once
+        (a ring, a glitch): the line is where it was, only the driver's transition counter
+        moved, so a watching session hears of it in `changed` however fast it samples."""
+        self._log("device lines pulsed " + " ".join(name.upper() for name in names))
+        self._ask("pulselines " + json.dumps(list(names)))
+
+    def modem_lines(self) -> Lines:
+        """Every line now, as the port has them: DTR and RTS as the host set them, and the device's."""
+        return Lines.from_json(json.loads(self._ask("lines").partition(" ")[2]))
+
+    def _line_changes(self, since: int, timeout: float) -> list[LineChange]:
+        changes = json.loads(self._ask(f"linelog {since} {max(timeout, 0):.3f}").partition(" ")[2])
+        return [LineChange(c["time"], c["dtr"], c["rts"], c["break"]) for c in changes]
+
+    def line_changes(self) -> list[LineChange]:
+        """The host's changes of DTR, RTS and breaks since the device was plugged in, oldest first."""
+        return self._line_changes(0, 0)
+
+    def expect_lines(self, *, dtr: bool | None = None, rts: bool | None = None, in_break: bool | None = None,
+                     timeout: float = 10.0) -> LineChange:
+        """Waits for the host's next change of its outputs that leaves them as given (None:
+        either way) and returns it; the changes up to it are consumed, so two calls see a
+        reset pulse's drop and then its rise, however long ago they happened.
+        ExpectTimeout (an AssertionError) if none came within `timeout` s."""
+        wanted = {"dtr": dtr, "rts": rts, "in_break": in_break}
+        deadline = time.monotonic() + timeout
+        seen: list[LineChange] = []
+        while True:
+            changes = self._line_changes(self._line_cursor, min(max(deadline - time.monotonic(), 0), 1.0))
+            for change in changes:
+                self._line_cursor += 1
+                seen.append(change)
+                if all(value is None or getattr(change, name) == value for name, value in wanted.items()):
+                    self._log(f"host lines {change}")
+                    return change
+            if time.monotonic() >= deadline:
+                described = ", ".join(f"{name}={value}" for name, value in wanted.items() if value is not None)
+                raise ExpectTimeout(f"expected the host's lines to become {described or 'anything'} within {timeout} s; "
+                                    f"changes seen: {[str(c) for c in seen]}", b"")
 
 
 class ControlSession(ByteStream):
@@ -321,6 +454,42 @@ class ControlSession(ByteStream):
 
     def write(self, data: bytes) -> int:
         return self.control.write(self.id, data)
+
+    # -- serial line control (docs/protocol.md, "Serial line control")
+
+    def lines(self) -> Lines:
+        """The modem lines now."""
+        return Lines.from_json(self.control.request("sessionLines", session=self.id)["lines"])
+
+    def set_lines(self, *, dtr: bool | None = None, rts: bool | None = None) -> Lines:
+        """Raises (True) or drops (False) DTR and/or RTS; None leaves a line as it is."""
+        members: dict[str, Any] = {name: bool(value) for name, value in (("dtr", dtr), ("rts", rts))
+                                   if value is not None}
+        return Lines.from_json(self.control.request("sessionLines", session=self.id, **members)["lines"])
+
+    def reset_pulse(self, milliseconds: int = 100) -> Lines:
+        """Drops DTR and RTS for `milliseconds`, then raises them (an Arduino's or ESP32's reset)."""
+        self.set_lines(dtr=False, rts=False)
+        time.sleep(milliseconds / 1000)
+        return self.set_lines(dtr=True, rts=True)
+
+    def send_break(self, milliseconds: int) -> None:
+        """Holds the line at space for `milliseconds`; returns when the break is over."""
+        self.control.request("sendBreak", session=self.id, milliseconds=int(milliseconds), timeout=None)
+
+    def watch_lines(self, *, interval_ms: int | None = None, enabled: bool = True) -> Lines:
+        """Changes of CTS, DSR, DCD and RI then come from `next_lines`."""
+        members: dict[str, Any] = {"enabled": enabled}
+        if interval_ms is not None:
+            members["intervalMilliseconds"] = int(interval_ms)
+        return Lines.from_json(self.control.request("watchSessionLines", session=self.id, **members)["lines"])
+
+    def next_lines(self, timeout: float = 10.0) -> Lines | None:
+        """The next change of the watched input lines (`changed` names them), or None after `timeout` s."""
+        message = self.control.next_of(("sessionLinesChanged",), timeout)
+        if message is None:
+            return None
+        return Lines.from_json(message.get("lines") or {}, message.get("changed"))
 
     def _more(self, timeout: float) -> bytes:
         message: Message | None = self.control.next_session_output(timeout)
@@ -460,9 +629,9 @@ class VigilDaemon:
         if process is not None and process.poll() is None:
             try:
                 with ControlClient(self.socket, timeout=5.0) as control:
-                    for app in control.apps():
-                        if app.get("pid"):
-                            control.app_action("quit", app["id"])
+                    for app in control.app_list():
+                        if app.pid:
+                            control.app_action("quit", app.id)
             except (VigilError, OSError):
                 pass
             try:
@@ -509,34 +678,43 @@ class VigilDaemon:
             return action(control)
 
     def app(self, app_id: str) -> JSON:
-        """The app object's members (see `app_info` for a typed one)."""
-        return dict(next(a for a in self.control(lambda c: c.apps()) if a["id"] == app_id))
+        """Deprecated: `app_info(app_id)` (typed; `.raw` has the members as sent)."""
+        warnings.warn("vigil: VigilDaemon.app(id) is deprecated and will be removed: use VigilDaemon.app_info(id)",
+                      DeprecationWarning, stacklevel=2)
+        return dict(self.app_info(app_id).raw)
 
     def app_info(self, app_id: str) -> AppInfo:
+        """The app as the daemon sees it (KeyError if it has none of that id)."""
         info: AppInfo = self.control(lambda c: c.app_info(app_id))
         return info
 
-    def launch(self, app_id: str) -> JSON:
-        return dict(self.control(lambda c: c.app_action("launch", app_id)))
+    def launch(self, app_id: str) -> AppInfo:
+        return self._action("launch", app_id)
 
-    def background(self, app_id: str) -> JSON:
-        return dict(self.control(lambda c: c.app_action("background", app_id)))
+    def background(self, app_id: str) -> AppInfo:
+        return self._action("background", app_id)
 
-    def foreground(self, app_id: str) -> JSON:
-        return dict(self.control(lambda c: c.app_action("foreground", app_id)))
+    def foreground(self, app_id: str) -> AppInfo:
+        return self._action("foreground", app_id)
 
-    def suspend(self, app_id: str, timeout: float = 20.0) -> JSON:
+    def _action(self, action: str, app_id: str) -> AppInfo:
+        info: AppInfo = self.control(lambda c: c.app_action(action, app_id))
+        return info
+
+    def suspend(self, app_id: str, timeout: float = 20.0) -> AppInfo:
         """Sends the app to the background and waits until the daemon has suspended it."""
         self.background(app_id)
         return self.wait_for_state(app_id, "suspended", timeout)
 
     def wake(self, app_id: str, kind: str = "test", attributes: Mapping[str, Any] | None = None,
              payload: bytes = b"") -> JSON:
+        """The wake reply's members: `seq`, `disposition`."""
         return dict(self.control(lambda c: c.wake(app_id, kind, attributes, payload)))
 
-    def wait_for_state(self, app_id: str, state: str, timeout: float = 20.0) -> JSON:
-        return dict(self.wait_until(lambda: (a := self.app(app_id))["state"] == state and a, f"{app_id} {state}",
-                                    timeout))
+    def wait_for_state(self, app_id: str, state: str, timeout: float = 20.0) -> AppInfo:
+        info: AppInfo = self.wait_until(lambda: (a := self.app_info(app_id)).state == state and a,
+                                        f"{app_id} {state}", timeout)
+        return info
 
     def wait_until(self, condition: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
         """Polls `condition` until it is truthy (and returns it); AssertionError with the daemon's log otherwise."""
@@ -551,8 +729,10 @@ class VigilDaemon:
             time.sleep(0.05)
 
     def decision_log(self, limit: int | None = 200) -> list[JSON]:
-        """The decision log's raw members (see `decisions` for typed ones)."""
-        return list(self.control(lambda c: c.log(limit=limit)))
+        """Deprecated: `decisions(limit=)` (typed)."""
+        warnings.warn("vigil: VigilDaemon.decision_log() is deprecated and will be removed: use "
+                      "VigilDaemon.decisions()", DeprecationWarning, stacklevel=2)
+        return [dataclasses.asdict(d) for d in self.decisions(limit=limit)]
 
     def decisions(self, app: str | None = None, limit: int | None = 200) -> list[Decision]:
         """The decision log, oldest first (of `app` if given)."""
@@ -617,6 +797,7 @@ class BluetoothMock:
         from bluez_mock import MockBlueZ  # type: ignore[import-not-found, import-untyped, unused-ignore]
         self._mock = MockBlueZ()
         self.devices: dict[str, Any] = {}
+        self._characteristics: dict[str, dict[str, str]] = {}
 
     def start(self) -> BluetoothMock:
         self._mock.start()
@@ -661,6 +842,76 @@ class BluetoothMock:
                                 for company, value in manufacturer_data.items()}, signature="qv", variant_level=1)
         self.control.SetAdvertisement(self.devices[key], dbus.Dictionary(
             {"ManufacturerData": data, "RSSI": dbus.Int16(rssi, variant_level=1)}, signature="sv"))
+
+    def add_peripheral(self, peripheral: BlePeripheral) -> str:
+        """A peripheral built from its GATT description, advertising; its D-Bus path. Its
+        characteristics are then `notify(address, uuid, value)`, `set_value(...)`, `value(...)`."""
+        import dbus
+        from ._gatt import normalize_uuid
+        services = [normalize_uuid(s.uuid) for s in peripheral.services if s.primary]
+        advertised = services if peripheral.advertised is None else [normalize_uuid(u) for u in peripheral.advertised]
+        properties: dict[str, Any] = {"UUIDs": dbus.Array(advertised, signature="s"),
+                                      "AddressType": dbus.String(peripheral.address_type)}
+        if peripheral.manufacturer_data:
+            properties["ManufacturerData"] = dbus.Dictionary(
+                {dbus.UInt16(company): dbus.Array(list(data), signature="y")
+                 for company, data in peripheral.manufacturer_data.items()}, signature="qv")
+        if peripheral.appearance is not None:
+            properties["Appearance"] = dbus.UInt16(peripheral.appearance)
+        path = str(self.control.AddLEDevice("hci0", peripheral.address, peripheral.name,
+                                            dbus.Dictionary(properties, signature="sv")))
+        characteristics: dict[str, str] = {}
+        for service in peripheral.services:
+            service_path = self.control.AddGattService(path, normalize_uuid(service.uuid), service.primary)
+            for characteristic in service.characteristics:
+                uuid = normalize_uuid(characteristic.uuid)
+                char_path = self.control.AddGattCharacteristic(
+                    service_path, uuid, dbus.Array(characteristic.flags, signature="s"),
+                    dbus.Array(list(characteristic.value), signature="y"))
+                characteristics.setdefault(uuid, str(char_path))
+                descriptors = list(characteristic.descriptors)
+                cccd = normalize_uuid("2902")
+                if {"notify", "indicate"} & set(characteristic.flags) and \
+                        not any(normalize_uuid(d.uuid) == cccd for d in descriptors):
+                    descriptors.insert(0, GattDescriptor("2902", b"\x00\x00", ("read", "write")))
+                for descriptor in descriptors:
+                    self.control.AddGattDescriptor(char_path, normalize_uuid(descriptor.uuid),
+                                                   dbus.Array(descriptor.flags, signature="s"),
+                                                   dbus.Array(list(descriptor.value), signature="y"))
+        self.devices[peripheral.address.upper()] = path
+        self._characteristics[peripheral.address.upper()] = characteristics
+        return path
+
+    def _characteristic(self, address: str, uuid: str) -> str:
+        from ._gatt import normalize_uuid
+        try:
+            return self._characteristics[address.upper()][normalize_uuid(uuid)]
+        except KeyError:
+            raise KeyError(f"no characteristic {uuid} on a described peripheral {address}") from None
+
+    def notify(self, address: str, uuid: str, value: bytes) -> int:
+        """A notification (or indication) of a described peripheral's characteristic; how many
+        ways it was delivered (0: nobody subscribed, or not connected)."""
+        import dbus
+        return int(self.control.Notify(self._characteristic(address, uuid), dbus.Array(list(value), signature="y")))
+
+    def set_value(self, address: str, uuid: str, value: bytes) -> None:
+        """What a read of the characteristic returns from now on (no notification)."""
+        import dbus
+        self.control.SetCharacteristicValue(self._characteristic(address, uuid),
+                                            dbus.Array(list(value), signature="y"))
+
+    def value(self, address: str, uuid: str) -> bytes:
+        """The characteristic's value now: what a central last wrote, or what it was given."""
+        import dbus
+        import dbus.bus  # type: ignore[import-not-found, import-untyped, unused-ignore]
+        bus = dbus.bus.BusConnection(self._mock.address)
+        try:
+            properties = dbus.Interface(bus.get_object("org.bluez", self._characteristic(address, uuid)),
+                                        "org.freedesktop.DBus.Properties")
+            return bytes(properties.Get("org.bluez.GattCharacteristic1", "Value"))
+        finally:
+            bus.close()
 
     def served_characteristic(self, uuid: str) -> str | None:
         """The D-Bus path of a characteristic some app (through vigild) published, or None."""

@@ -12,9 +12,14 @@ from pathlib import Path
 import pytest
 
 import vigil
-from vigil.testing import BluetoothMock, ControlSession, VigilDaemon, VirtualAccessory
+from vigil.testing import BluetoothMock, ControlSession, SerialAccessory, VigilDaemon, VirtualAccessory
 
 EXAMPLES = Path(__file__).resolve().parent.parent
+#: Two accessories of a rig, each with its own USB identity and protocol (in the lab: two USB gadgets).
+GAUGE = SerialAccessory(name="gauge", vendor_id="abcd", product_id="0042", serial="G-0001", manufacturer="Acme",
+                        product="Pressure Gauge", protocols=("com.acme.gauge",))
+PUMP = SerialAccessory(name="pump", vendor_id="abcd", product_id="0043", serial="P-0001", manufacturer="Acme",
+                       product="Pump", protocols=("com.acme.pump", "com.acme.dfu"), line_settings="9600 8N1")
 HRM = "C0:DE:00:00:00:01"  # a static random address: also a Bumble peer's in the lab
 
 
@@ -66,3 +71,30 @@ async def test_a_control_client_sees_the_rig(vigild: VigilDaemon, accessory_sess
     assert vigild.accessory is not None and vigild.accessory.expect(b"ping\n", timeout=10)
     vigild.accessory.write(b"pong 1\n")
     assert accessory_session.expect(rb"pong (\d+)\n", timeout=10).group(1) == b"1"
+
+
+@pytest.mark.vigil(accessories=[GAUGE, PUMP])
+async def test_described_accessories_each_with_its_identity(
+        vigild: VigilDaemon, virtual_accessories: dict[str, VirtualAccessory], accessory_session: ControlSession,
+        tmp_path: Path) -> None:
+    async with vigil.Control(vigild.socket) as control:
+        seen = {a.serial_number: a for a in await control.accessories()}
+    assert set(seen) == {"G-0001", "P-0001"}
+    pump = seen["P-0001"]
+    assert (pump.vendor_id, pump.product_id, pump.manufacturer) == ("abcd", "0043", "Acme")
+    assert pump.protocol_strings == ("com.acme.pump", "com.acme.dfu") and pump.line_settings.startswith("9600 8N1")
+    # The session is on the first one, the gauge: what the host sends reaches it, not the pump.
+    accessory_session.write(b"READ?\r\n")
+    virtual_accessories["gauge"].expect(rb"READ\?\r\n", timeout=10)
+    virtual_accessories["gauge"].write(b"PRESSURE 1013 hPa\r\n")
+    assert int(accessory_session.expect(rb"PRESSURE (\d+)", timeout=10).group(1)) == 1013
+    # An app for the pump's protocol gets the pump's records while suspended.
+    log = tmp_path / "pump.log"
+    vigild.install_app("com.acme.pump-logger", python_app("sensor_logger.py", "com.acme.pump", str(log)),
+                       background_modes=["external-accessory"], accessory_protocols=["com.acme.pump"])
+    vigild.launch("com.acme.pump-logger")
+    vigild.wait_until(lambda: len(vigild.control(lambda c: c.accessories()["sessions"])) == 2, "the app's session")
+    vigild.suspend("com.acme.pump-logger")
+    virtual_accessories["pump"].write(b"3,2.0,19.5\n")
+    vigild.wait_until(lambda: lines(log) == ["3,2.0,19.5"], "the pump's record in the log")
+    assert virtual_accessories["gauge"].read(timeout=0.2) == b""  # nothing of the app's reached the gauge

@@ -1,6 +1,7 @@
 """A test app built on `vigil.App`: records what it gets as JSON lines in
 $VIGIL_RECORD, acknowledges events, holds a background task on a `task`
-event, echoes accessory bytes with --echo PROTOCOL."""
+event, echoes accessory bytes with --echo PROTOCOL, records its session's
+modem-line changes (waking it) with --watch-lines PROTOCOL."""
 
 import argparse
 import asyncio
@@ -25,6 +26,19 @@ async def echo(app: vigil.App, protocol: str) -> None:
             await session.write(b"ack:" + chunk)
 
 
+async def watch_lines(app: vigil.App, protocol: str) -> None:
+    accessory = next(a for a in await app.accessories() if a.speaks(protocol))
+    async with await app.open_session(accessory, protocol) as session:
+        await session.watch_lines(wake=True)
+        record(kind="watching", id=session.id)
+        async for item in session.items():
+            if isinstance(item, vigil.Lines):
+                record(kind="lines", changed=list(item.changed), dcd=item.dcd, cts=item.cts, state=app.state)
+                if app.state not in ("active", "inactive"):
+                    session.acknowledge()
+                    await app.finished_processing()
+
+
 async def serve(app: vigil.App) -> None:
     manager = await app.peripheral(restore_identifier="recorder")
     if not (manager.restored or {}).get("services"):
@@ -47,11 +61,14 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--echo", default=None)
     parser.add_argument("--serve", action="store_true")
+    parser.add_argument("--watch-lines", default=None)
     options = parser.parse_args()
     async with vigil.App() as app:
         record(kind="launch", app=app.id, state=app.state, reason=app.launch.reason, eventKind=app.launch.event_kind)
         if options.echo:
             asyncio.get_running_loop().create_task(echo(app, options.echo))
+        if options.watch_lines:
+            asyncio.get_running_loop().create_task(watch_lines(app, options.watch_lines))
         if options.serve:
             asyncio.get_running_loop().create_task(serve(app))
         async for item in app:
