@@ -72,6 +72,10 @@ public struct SavedCentral: Codable, Sendable, Equatable {
     public var scanServices: [String]?
     public var scanAll: Bool
     public var allowDuplicates: Bool
+    /// The adapter (address) the scan named; absent: the default.
+    public var scanAdapter: String?
+    /// Peripheral address -> adapter address, for connects that named one.
+    public var connectAdapters: [String: String]?
 }
 
 public struct SavedSubscription: Codable, Sendable, Equatable {
@@ -98,7 +102,8 @@ extension BluetoothCentral {
                 subscriptions: state.subscriptions.map { SavedSubscription(path: $0.key, acquire: $0.value.acquire) }
                     .sorted { $0.path < $1.path },
                 scanServices: state.scan.map { ($0.services ?? []).sorted() }, scanAll: state.scan?.services == nil,
-                allowDuplicates: state.scan?.allowDuplicates ?? false)
+                allowDuplicates: state.scan?.allowDuplicates ?? false, scanAdapter: state.scan?.adapter,
+                connectAdapters: state.connectAdapters.isEmpty ? nil : state.connectAdapters)
         }
         return result
     }
@@ -109,9 +114,10 @@ extension BluetoothCentral {
         for (id, app) in saved {
             var state = CentralClientState(restoreIdentifier: app.restoreIdentifier)
             state.connects = Set(app.connects)
+            state.connectAdapters = (app.connectAdapters ?? [:]).filter { state.connects.contains($0.key) }
             for subscription in app.subscriptions { state.subscriptions[subscription.path] = NotifyPreference(acquire: subscription.acquire) }
             if let services = app.scanServices {
-                state.scan = .init(services: app.scanAll ? nil : Set(services), allowDuplicates: app.allowDuplicates)
+                state.scan = .init(services: app.scanAll ? nil : Set(services), allowDuplicates: app.allowDuplicates, adapter: app.scanAdapter)
             }
             clients[.app(id)] = state
         }

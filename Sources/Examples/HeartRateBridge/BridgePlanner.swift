@@ -63,6 +63,9 @@ struct BridgePlanner: Sendable, Equatable {
             // connect request and subscription; follow it.
             if target.map({ $0.uppercased() == previous.uppercased() }) == true { target = identity }
             return []
+        case .adapterStateChanged:
+            // The bridge uses the default adapter, whose state is `.stateChanged`.
+            return []
         case .pairingRequest, .pairingCancelled:
             // A monitor that needs a bond pairs with Just Works, which vigild
             // accepts for a device the bridge connects to; passkeys are not asked here.
