@@ -377,10 +377,16 @@ extension BluetoothCentral {
         return BluetoothHealth(condition: .poweredOn, adapter: adapter.name, detail: "adapter \(adapter.name) is powered on")
     }
 
-    /// The bus and adapter the peripheral role publishes through, while BlueZ is there.
-    func roleAccess() -> (bus: DBusConnection, adapter: ObjectPath)? {
-        guard let bus, bluezOwner != nil, !loading, let adapter else { return nil }
+    /// The bus and adapter the peripheral role publishes through, while
+    /// BlueZ is there: the chosen adapter (an address), or the default.
+    func roleAccess(adapter choice: String? = nil) -> (bus: DBusConnection, adapter: ObjectPath)? {
+        guard let bus, bluezOwner != nil, !loading, let adapter = adapterView(choice) else { return nil }
         return (bus, adapter.path)
+    }
+
+    /// The peripheral role's `adapter` member, checked as the central's are.
+    func choosePublishingAdapter(_ selector: String?) throws(ProtocolError) -> String? {
+        try chooseAdapter(selector)
     }
 
     /// Tells every client with a manager when the state changes.

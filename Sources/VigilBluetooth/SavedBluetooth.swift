@@ -90,6 +90,10 @@ public struct SavedPeripheral: Codable, Sendable, Equatable {
     public var restoreIdentifier: String?
     public var services: [GATTServiceDefinition]
     public var advertisement: AdvertisementData?
+    /// Service UUID -> adapter (address), for services published on a chosen adapter.
+    public var serviceAdapters: [String: String]?
+    /// The adapter (address) the advertisement chose; absent: the default.
+    public var advertisementAdapter: String?
 }
 
 extension BluetoothCentral {
@@ -130,9 +134,12 @@ extension BluetoothPeripheral {
         var result: [String: SavedPeripheral] = [:]
         for (client, state) in clients {
             guard case let .app(id) = client, !state.isEmpty else { continue }
+            var adapters: [String: String] = [:]
+            for service in state.services { adapters[service.definition.uuid] = service.adapter }
             result[id] = SavedPeripheral(
                 restoreIdentifier: state.restoreIdentifier, services: state.services.map(\.definition),
-                advertisement: state.advertisement?.data)
+                advertisement: state.advertisement?.data, serviceAdapters: adapters.isEmpty ? nil : adapters,
+                advertisementAdapter: state.advertisement?.adapter)
         }
         return result
     }
@@ -146,10 +153,13 @@ extension BluetoothPeripheral {
             for definition in app.services {
                 guard let root = try? objectPath("/org/vigil/gatt/\(token(client))/app\(nextServiceNumber)") else { continue }
                 nextServiceNumber += 1
-                state.services.append(PublishedService(definition: definition, root: root))
+                let service = PublishedService(definition: definition, root: root)
+                service.adapter = app.serviceAdapters?[definition.uuid]
+                state.services.append(service)
             }
             if let data = app.advertisement, let path = try? objectPath("/org/vigil/advertising/\(token(client))") {
                 state.advertisement = PublishedAdvertisement(data: data, path: path)
+                state.advertisement?.adapter = app.advertisementAdapter
             }
             clients[client] = state
         }

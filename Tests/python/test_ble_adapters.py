@@ -153,6 +153,24 @@ class AdapterChoiceTests(TwoAdapterRig):
             self.assertEqual(error.exception.code, code, members)
         self.assertIn("hci0, hci1", error.exception.message, "the error names the adapters there are")
 
+    def test_services_and_advertisements_go_to_the_adapter_named(self):
+        c = self.control
+        battery = {"uuid": "180f", "characteristics": [{"uuid": "2a19", "properties": ["read"], "value": "64"}]}
+        info = {"uuid": "180a", "characteristics": [{"uuid": "2a29", "properties": ["read"], "value": "5669676c"}]}
+        c.request("ble.addService", service=battery, adapter="hci1")
+        c.request("ble.startAdvertising", advertisement={"localName": "On hci1"}, adapter="hci1")
+        c.request("ble.addService", service=info)
+        self.assertEqual([str(call[2]) for call in self.calls("RegisterApplication")],
+                         [self.adapter_path("hci1"), self.adapter_path("hci0")])
+        self.assertEqual([str(call[2]) for call in self.calls("RegisterAdvertisement")], [self.adapter_path("hci1")])
+        c.request("ble.removeService", uuid="180f")
+        c.request("ble.stopAdvertising")
+        self.assertEqual([str(call[2]) for call in self.calls("UnregisterApplication")], [self.adapter_path("hci1")])
+        self.assertEqual([str(call[2]) for call in self.calls("UnregisterAdvertisement")], [self.adapter_path("hci1")])
+        with self.assertRaises(VigilError) as refused:
+            c.request("ble.addService", service=battery, adapter="hci9")
+        self.assertEqual(refused.exception.code, "notFound")
+
     def test_the_default_adapter_is_kept_when_powered_off(self):
         reply = self.control.request("ble.state")
         self.assertEqual((reply["state"], reply["adapter"]), ("poweredOn", "hci0"))

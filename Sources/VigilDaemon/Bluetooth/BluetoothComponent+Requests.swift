@@ -151,7 +151,7 @@ extension BluetoothComponent {
         case AddService.type:
             let request: AddService = try message.decode()
             later { peripheral throws(ProtocolError) in
-                try await peripheral.addService(client, request.service)
+                try await peripheral.addService(client, request.service, adapter: request.adapter)
                 return (Done(), [])
             }
         case RemoveService.type:
@@ -163,7 +163,7 @@ extension BluetoothComponent {
         case StartAdvertising.type:
             let request: StartAdvertising = try message.decode()
             later { peripheral throws(ProtocolError) in
-                try await peripheral.startAdvertising(client, request.advertisement)
+                try await peripheral.startAdvertising(client, request.advertisement, adapter: request.adapter)
                 return (Done(), [])
             }
         case StopAdvertising.type:
