@@ -393,7 +393,7 @@ class BLEClient:
             return specifier
         if isinstance(specifier, tuple):
             service, uuid = normalize_uuid(specifier[0]), normalize_uuid(specifier[1])
-            instance = int(specifier[2]) if len(specifier) > 2 else 0  # type: ignore[misc]
+            instance = int(specifier[2]) if len(specifier) > 2 else 0
             found = None if self.services is None else self.services.get_service(service)
             known = None if found is None else found.get_characteristic(uuid, instance)
             return known or Characteristic(uuid, service, (), instance=instance)
