@@ -137,7 +137,8 @@ def main():
                 # The values and the end of their handling in one write: one line per value.
                 record_all([dict(kind="event", seq=item.seq, eventKind=item.kind, redelivered=item.redelivered,
                                  attributes={"peripheral": v.peripheral, "service": v.service,
-                                             "characteristic": v.characteristic},
+                                             "characteristic": v.characteristic,
+                                             **({"instance": v.instance} if v.instance else {})},
                                  payloadHex=v.value.hex(), batch=len(item.values)) for v in item.values]
                            + [dict(kind="finished", seq=item.seq)])
                 if options.ack_delay > 0:
