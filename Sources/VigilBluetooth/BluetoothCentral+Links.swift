@@ -252,8 +252,8 @@ extension BluetoothCentral {
 
     public func cancelConnection(_ client: BluetoothClient, address rawAddress: String) throws(ProtocolError) {
         let address = try Self.address(rawAddress)
+        let adapter = linkAdapterName(address)  // before this client lets go of it
         guard clients[client]?.connects.remove(address) != nil else { return }
-        let adapter = linkAdapterName(address)
         clients[client]?.connectAdapters[address] = nil
         let subscribed = clients[client]?.subscriptions.keys.filter { $0.peripheral == address } ?? []
         for path in subscribed { clients[client]?.subscriptions[path] = nil }

@@ -141,6 +141,13 @@ class AdapterChoiceTests(TwoAdapterRig):
         self.assertEqual({str(call[2]) for call in self.calls("Connect")}, {self.sensors["hci1"]["device"]})
         self.assertEqual(self.control.request("ble.state")["state"], "poweredOn")
 
+    def test_letting_go_names_the_adapter_the_link_was_through(self):
+        self.control.request("ble.connect", peripheral=SENSOR, adapter="hci1")
+        self.assertEqual(self.push(self.control, "ble.connected")["attributes"]["adapter"], "hci1")
+        self.control.request("ble.disconnect", peripheral=SENSOR)
+        gone = self.push(self.control, "ble.disconnected")
+        self.assertEqual((gone["attributes"]["adapter"], gone["attributes"]["willReconnect"]), ("hci1", False))
+
     def test_bad_adapter_choices_get_clear_errors(self):
         for members, code in (
             ({"type": "ble.scan", "adapter": "hci7"}, "notFound"),
