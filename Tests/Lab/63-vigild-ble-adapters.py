@@ -22,7 +22,7 @@ BlueZ's adapters hear the peer, so BlueZ has a device object for it on each.
    disconnect; powered on again, the app is reconnected through hci1, and
    every connection the peer saw came from hci1, never hci0.
 """
-# lab-timeout: 420
+# lab-timeout: 600
 import os
 import sys
 
@@ -59,7 +59,8 @@ try:
         lab.Bluez(adapter).forget_all()
     hci1 = adapter_address("hci1")
     peer = lab.Peer.start("ess", os.path.join(os.path.dirname(os.path.abspath(__file__)), "ess_peer.py"),
-                          "--transport", "hci-socket:2", "--address", PEER)
+                          "--transport", "hci-socket:2", "--address", PEER,
+                          timeout=180)  # Bumble's start-up under TCG right after the relayout: 60 s was short at load 14
     daemon = acc.Daemon("63", apps={APP: {
         "modes": ["bluetooth-central"],
         "args": ["--ble-peripheral", PEER, "--ble-adapter", "hci1", "--ble-notify", f"{ESS}/{TEMPERATURE}#1"],
