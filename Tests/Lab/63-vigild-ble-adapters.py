@@ -164,5 +164,8 @@ try:
     peer.stop()
     print("OK")
 finally:
-    # The tests after this one find the usual two controllers.
+    # The tests after this one find the usual two controllers. The peer goes
+    # first (even after a failure): its user channel would keep hci2 alive.
+    lab.sh("lab_daemon_stop", "ess")
+    lab.sh("lab_daemon_stop", "vigild")
     lab.sh("lab_bt_relayout", 2, timeout=300)
