@@ -1,6 +1,7 @@
 import FoundationEssentials
 import Glibc
 import VigilKit
+import VigilProtocol
 
 /// `vigilctl ble devices`: one line per peripheral the daemon knows.
 struct PeripheralTable {

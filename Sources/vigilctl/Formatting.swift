@@ -1,5 +1,6 @@
 import FoundationEssentials
 import Glibc
+import VigilProtocol
 
 /// Seconds as a person reads them: `850ms`, `4.2s`, `3m05s`, `2h10m`.
 func formatSeconds(_ seconds: Double) -> String {
@@ -36,19 +37,6 @@ func formatTime(_ secondsSince1970: Double) -> String {
 /// localtime_r need not read `TZ` (POSIX): tzset once, before the first.
 private enum LocalTime {
     static let prepare: Void = tzset()
-}
-
-/// C's printf formatting (what Foundation's `String(format:)` used for
-/// numbers, so the text is the same), for the few formats vigilctl prints.
-func cFormat(_ format: String, _ arguments: any CVarArg...) -> String {
-    var size = 128
-    while true {
-        var buffer = [CChar](repeating: 0, count: size)
-        let needed = withVaList(arguments) { vsnprintf(&buffer, size, format, $0) }
-        guard needed >= 0 else { return "" }
-        if Int(needed) < size { return String(decoding: buffer[..<Int(needed)].map { UInt8(bitPattern: $0) }, as: UTF8.self) }
-        size = Int(needed) + 1
-    }
 }
 
 /// A wire name as words for a table: `enterBackground` -> `enter background`

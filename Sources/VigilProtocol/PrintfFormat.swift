@@ -1,9 +1,9 @@
 import Glibc
 
-/// C's printf formatting, for the picture's numbers and clock times: what
-/// Foundation's `String(format:)` used for them, so the SVG is the same
-/// byte for byte without Foundation (issue 32).
-func cFormat(_ format: String, _ arguments: any CVarArg...) -> String {
+/// C's printf formatting: what Foundation's `String(format:)` used for
+/// numbers and clock times, so vigilctl's text and the timeline's SVG stay
+/// the same byte for byte without Foundation (issue 32). One copy for both.
+public func cFormat(_ format: String, _ arguments: any CVarArg...) -> String {
     var size = 128
     while true {
         var buffer = [CChar](repeating: 0, count: size)
