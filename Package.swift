@@ -124,6 +124,7 @@ let package = Package(
             name: "vigilctl",
             dependencies: [
                 "VigilKit",
+                "VigilProtocol",
                 "VigilTimeline",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
