@@ -119,7 +119,11 @@ class Daemon:
                 with open(os.path.join(path, "cgroup.kill"), "w") as kill:
                     kill.write("1")
                 deadline = time.monotonic() + 10
-                while "populated 1" in open(os.path.join(path, "cgroup.events")).read() and time.monotonic() < deadline:
+
+                def populated():
+                    with open(os.path.join(path, "cgroup.events")) as events:
+                        return "populated 1" in events.read()
+                while populated() and time.monotonic() < deadline:
                     time.sleep(0.05)
                 os.rmdir(path)
         os.rmdir(root)
