@@ -1,6 +1,8 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import VigilKit
+import VigilProtocol
 
 /// `vigilctl accessory hid`: a session with a HID accessory for a person or
 /// a rig: its report descriptor, feature reports read and sent, output
@@ -64,7 +66,7 @@ struct AccessoryHID: AsyncParsableCommand {
     }
 
     static func hex(_ bytes: [UInt8]) -> String {
-        bytes.map { String(format: "%02x", $0) }.joined()
+        GATTHex.string(bytes)
     }
 
     func validate() throws {

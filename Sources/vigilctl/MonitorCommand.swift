@@ -1,6 +1,8 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import VigilKit
+import VigilProtocol
 
 /// `vigilctl ble monitor`: an advertisement monitor on this connection; prints
 /// found, lost, and every advertisement of a found device, until the timeout
@@ -75,15 +77,15 @@ struct BleMonitor: AsyncParsableCommand {
             for await event in events {
                 switch event {
                 case let .monitorFound(_, peripheral, rssi, name):
-                    var members: [String: Any] = ["event": "found", "peripheral": peripheral]
-                    if let rssi { members["rssi"] = rssi }
-                    if let name { members["name"] = name }
+                    var members: [String: JSONValue] = ["event": "found", "peripheral": .string(peripheral)]
+                    if let rssi { members["rssi"] = .number(Double(rssi)) }
+                    if let name { members["name"] = .string(name) }
                     emitLine(json ? MonitorLine.json(members)
                         : "found \(peripheral)" + (rssi.map { " \($0) dBm" } ?? "") + (name.map { " \($0)" } ?? ""))
                 case let .monitorLost(_, peripheral):
-                    emitLine(json ? MonitorLine.json(["event": "lost", "peripheral": peripheral]) : "lost \(peripheral)")
+                    emitLine(json ? MonitorLine.json(["event": "lost", "peripheral": .string(peripheral)]) : "lost \(peripheral)")
                 case let .advertisementsLost(_, count):
-                    emitLine(json ? MonitorLine.json(["event": "dropped", "count": count]) : "dropped \(count) advertisement(s)")
+                    emitLine(json ? MonitorLine.json(["event": "dropped", "count": .number(Double(count))]) : "dropped \(count) advertisement(s)")
                 case let .advertisement(_, record):
                     emitLine(json ? MonitorLine.json(MonitorLine.members(record)) : MonitorLine.text(record))
                 default:
@@ -97,33 +99,38 @@ struct BleMonitor: AsyncParsableCommand {
 }
 
 enum MonitorLine {
-    static func members(_ record: AdvertisementRecord) -> [String: Any] {
-        var members: [String: Any] = [
-            "event": "advertisement", "time": Double(record.receivedAt) / 1e9, "peripheral": record.address,
-            "data": GATTHex.string(record.data),
-            "manufacturerData": Dictionary(uniqueKeysWithValues: record.manufacturerData.map { (String($0.key), GATTHex.string($0.value)) }),
+    static func members(_ record: AdvertisementRecord) -> [String: JSONValue] {
+        var members: [String: JSONValue] = [
+            "event": "advertisement", "time": .number(Double(record.receivedAt) / 1e9), "peripheral": .string(record.address),
+            "data": .string(GATTHex.string(record.data)),
+            "manufacturerData": .object(Dictionary(uniqueKeysWithValues: record.manufacturerData.map {
+                (String($0.key), JSONValue.string(GATTHex.string($0.value)))
+            })),
         ]
-        if let rssi = record.rssi { members["rssi"] = rssi }
-        if let name = record.localName { members["name"] = name }
+        if let rssi = record.rssi { members["rssi"] = .number(Double(rssi)) }
+        if let name = record.localName { members["name"] = .string(name) }
         return members
     }
 
     static func text(_ record: AdvertisementRecord) -> String {
         let seconds = Double(record.receivedAt) / 1e9
-        var parts = [String(format: "%.3f", seconds), record.address, record.rssi.map { "\($0) dBm" } ?? "- dBm"]
+        var parts = [cFormat("%.3f", seconds), record.address, record.rssi.map { "\($0) dBm" } ?? "- dBm"]
         for (company, data) in record.manufacturerData.sorted(by: { $0.key < $1.key }) {
-            parts.append(String(format: "mfr 0x%04x %@", company, GATTHex.string(data)))
+            parts.append(cFormat("mfr 0x%04x ", Int(company)) + GATTHex.string(data))
         }
         for structure in record.structures where structure.type == 0x16 && structure.data.count >= 2 {
-            let uuid = String(format: "%04x", Int(structure.data[0]) | Int(structure.data[1]) << 8)
+            let uuid = cFormat("%04x", Int(structure.data[0]) | Int(structure.data[1]) << 8)
             parts.append("svc \(uuid) \(GATTHex.string(Array(structure.data.dropFirst(2))))")
         }
         if let name = record.localName { parts.append("name \(name)") }
         return parts.joined(separator: " ")
     }
 
-    static func json(_ members: [String: Any]) -> String {
-        guard let data = try? JSONSerialization.data(withJSONObject: members, options: [.sortedKeys]) else { return "{}" }
+    /// One line: compact, keys sorted (whole numbers without a fraction).
+    static func json(_ members: [String: JSONValue]) -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        guard let data = try? encoder.encode(members) else { return "{}" }
         return String(decoding: data, as: UTF8.self)
     }
 }
