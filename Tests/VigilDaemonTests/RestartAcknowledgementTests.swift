@@ -135,4 +135,38 @@ struct RestartAcknowledgementTests {
         next.start(now: now + 1)
         #expect(next.queued.isEmpty)
     }
+
+    /// As the evidence run had it: the adopted app reconnects and is sent its
+    /// restored events, its window ends before its first acknowledgement
+    /// (frozen mid-event), two new events wake it (sent at once, behind the
+    /// restored ones), and it acknowledges the restored events, then the first new one.
+    @Test(arguments: [Optional(process), nil])
+    func acknowledgementsAfterAWakeBehindRestoredEventsAreSaved(receiver: ProcessIdentity?) throws {
+        let directory = try Self.folder()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let restored = try Self.firstDaemon(directory: directory, receiver: receiver)
+
+        let daemon = Daemon(directory: directory)
+        var now: UInt64 = 50_000_000_000
+        daemon.start(now: now)
+        daemon.call { $0.adopt(Self.app, pid: Self.process.pid, frozen: true, now: now) }
+        daemon.call { _ = $0.identified(Self.app, now: now) }
+        daemon.call { _ = $0.connected(Self.app, now: now, process: receiver) }
+        #expect(daemon.engine.apps[Self.app]?.queue.unacknowledgedCount == restored.count)
+        now += 600_000_000_000
+        daemon.call { $0.advance(to: now) }
+        #expect(daemon.engine.apps[Self.app]?.state == .suspended)
+        var fresh: [UInt64] = []
+        for _ in 0..<2 {
+            try daemon.call { fresh.append(try $0.deliver(QueuedEvent(kind: "test"), to: Self.app, now: now).seq) }
+        }
+        #expect(daemon.engine.apps[Self.app]?.queue.unacknowledgedCount == restored.count + 2)
+        for seq in restored + [fresh[0]] { daemon.call { $0.acknowledge(Self.app, upTo: seq, now: now) } }
+        #expect(daemon.queued == [fresh[1]])
+        daemon.save()
+
+        let next = Daemon(directory: directory)
+        next.start(now: now + 1)
+        #expect(next.queued == [fresh[1]])
+    }
 }

@@ -67,11 +67,14 @@ class SlowAdoptedAppKillTests(unittest.TestCase):
                     + "\n".join(str({k: r[k] for k in brief if k in r}) for r in records()[-30:]))
 
         def acked_at():
-            """seq -> when the app first acknowledged it (its record comes after vigild read the `ack`)."""
+            """seq -> when the app last acknowledged it (its record comes after vigild read the `ack`).
+            The last, not the first: an event acknowledged within the bound before a kill comes
+            again (allowed) and is acknowledged again; that new acknowledgement is what the next
+            kill is judged by, and what the wait before it must let age."""
             times = {}
             for r in records():
                 if r["kind"] == "acked":
-                    times.setdefault(r["seq"], r["t"])
+                    times[r["seq"]] = r["t"]
             return times
 
         control = connect_control(daemon.socket)
