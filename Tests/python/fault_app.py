@@ -23,6 +23,10 @@ each event it says it has finished processing, so vigild may suspend it.
     --ack-delay S            take S seconds over each event before
                              acknowledging it (a slow app: vigild may
                              suspend it mid-event), then record `acked`
+                             once vigild has read the `ack`: the reply to
+                             a request sent after it (frames are read in
+                             order) proves it, so the record's time is no
+                             earlier than vigild's reading
     --ack-file PATH          right after each hello, if PATH exists: send
                              `ack` for the seq it holds, record `acked`
                              (late: true) and remove it (an app that
@@ -35,8 +39,7 @@ each event it says it has finished processing, so vigild may suspend it.
                              no acknowledgement is due
 
 Record lines (`kind`): started (the process, before any delay), hello (pid, state, launch), event (seq, eventKind,
-redelivered, attributes, payloadHex, acked), acked (seq, once the `ack` is
-sent: with --ack-delay), lifecycle, sessionOpened,
+redelivered, attributes, payloadHex, acked), acked (seq; with --ack-delay once vigild has read the `ack`), lifecycle, sessionOpened,
 openFailed, dropped (the connection), refused (exit at unauthorized).
 """
 
@@ -154,6 +157,8 @@ def serve(app, record, options):
                 time.sleep(options.ack_delay)  # the work; the app may be frozen meanwhile
             app.ack(item.seq)
             if options.ack_delay:
+                # `ack` has no reply; this request's reply comes after vigild read it.
+                app.background_time_remaining()
                 record(kind="acked", seq=item.seq)
         app.finished_processing()
 

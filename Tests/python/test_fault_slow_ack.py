@@ -67,11 +67,14 @@ class SlowAdoptedAppKillTests(unittest.TestCase):
                     + "\n".join(str({k: r[k] for k in brief if k in r}) for r in records()[-30:]))
 
         def acked_at():
-            """seq -> when the app first acknowledged it (its record, written after the `ack` went out)."""
+            """seq -> when the app last acknowledged it (its record comes after vigild read the `ack`).
+            The last, not the first: an event acknowledged within the bound before a kill comes
+            again (allowed) and is acknowledged again; that new acknowledgement is what the next
+            kill is judged by, and what the wait before it must let age."""
             times = {}
             for r in records():
                 if r["kind"] == "acked":
-                    times.setdefault(r["seq"], r["t"])
+                    times[r["seq"]] = r["t"]
             return times
 
         control = connect_control(daemon.socket)
@@ -93,10 +96,12 @@ class SlowAdoptedAppKillTests(unittest.TestCase):
             def holding():
                 info = app_info(control, APP)
                 times = acked_at()
-                return (info["state"] == "suspended" and info["unacknowledgedEvents"] > 0 and times
-                        and time.monotonic() - max(times.values()) > 2 * BOUND)
+                # Suspended mid-event; its last acknowledgement (if any yet: on a loaded
+                # machine the first window may end before the first one) long enough ago.
+                return (info["state"] == "suspended" and info["unacknowledgedEvents"] > 0
+                        and (not times or time.monotonic() - max(times.values()) > 2 * BOUND))
             if not wait_for(holding, STEP):
-                failures.append(f"round {round}: the app was never suspended holding an event after an ack")
+                failures.append(f"round {round}: the app was never suspended holding an event")
             info = app_info(control, APP)
             backlog = info["unacknowledgedEvents"] + info["queuedEvents"]
             before = acked_at()
@@ -112,7 +117,12 @@ class SlowAdoptedAppKillTests(unittest.TestCase):
             # The adopted app is woken for its restored events: wait until it is suspended again.
             wait_for(lambda: app_info(control, APP)["state"] == "suspended"
                      and any(r["kind"] == "event" and r["t"] > killed_at for r in records()), STEP)
-            again = sorted({r["seq"] for r in records() if r["kind"] == "event" and r["t"] > killed_at and r["seq"] in old})
+            # Delivered again = by a later daemon: on a connection made after the kill. Events
+            # the app reads after the kill before its first new hello were sent before it
+            # (buffered while the app was frozen).
+            after = records()
+            first = next((i for i, r in enumerate(after) if r["kind"] == "hello" and r["t"] > killed_at), len(after))
+            again = sorted({r["seq"] for r in after[first:] if r["kind"] == "event" and r["seq"] in old})
             rounds.append(dict(round=round, backlog=backlog, acked_before=len(old), again=len(again), examples=again[:5]))
 
         # The rest, in the foreground (no window): everything sent must arrive and be acknowledged.
