@@ -74,10 +74,6 @@ public struct SavedCentral: Codable, Sendable, Equatable {
     public var allowDuplicates: Bool
     /// Advertisement monitors (absent from state files older than monitors).
     public var monitors: [StartMonitor]?
-    /// The adapter (address) the scan named; absent: the default.
-    public var scanAdapter: String?
-    /// Peripheral address -> adapter address, for connects that named one.
-    public var connectAdapters: [String: String]?
 }
 
 public struct SavedSubscription: Codable, Sendable, Equatable {
@@ -92,10 +88,6 @@ public struct SavedPeripheral: Codable, Sendable, Equatable {
     public var restoreIdentifier: String?
     public var services: [GATTServiceDefinition]
     public var advertisement: AdvertisementData?
-    /// Service UUID -> adapter (address), for services published on a chosen adapter.
-    public var serviceAdapters: [String: String]?
-    /// The adapter (address) the advertisement chose; absent: the default.
-    public var advertisementAdapter: String?
 }
 
 extension BluetoothCentral {
@@ -109,9 +101,7 @@ extension BluetoothCentral {
                     .sorted { $0.path < $1.path },
                 scanServices: state.scan.map { ($0.services ?? []).sorted() }, scanAll: state.scan?.services == nil,
                 allowDuplicates: state.scan?.allowDuplicates ?? false,
-                monitors: state.monitors.isEmpty ? nil : state.monitors.values.map(\.request).sorted { $0.monitor < $1.monitor },
-                scanAdapter: state.scan?.adapter,
-                connectAdapters: state.connectAdapters.isEmpty ? nil : state.connectAdapters)
+                monitors: state.monitors.isEmpty ? nil : state.monitors.values.map(\.request).sorted { $0.monitor < $1.monitor })
         }
         return result
     }
@@ -122,10 +112,9 @@ extension BluetoothCentral {
         for (id, app) in saved {
             var state = CentralClientState(restoreIdentifier: app.restoreIdentifier)
             state.connects = Set(app.connects)
-            state.connectAdapters = (app.connectAdapters ?? [:]).filter { state.connects.contains($0.key) }
             for subscription in app.subscriptions { state.subscriptions[subscription.path] = NotifyPreference(acquire: subscription.acquire) }
             if let services = app.scanServices {
-                state.scan = .init(services: app.scanAll ? nil : Set(services), allowDuplicates: app.allowDuplicates, adapter: app.scanAdapter)
+                state.scan = .init(services: app.scanAll ? nil : Set(services), allowDuplicates: app.allowDuplicates)
             }
             for request in app.monitors ?? [] {
                 if let monitor = try? AdvertisementMonitor(request) { state.monitors[request.monitor] = monitor }
@@ -141,12 +130,9 @@ extension BluetoothPeripheral {
         var result: [String: SavedPeripheral] = [:]
         for (client, state) in clients {
             guard case let .app(id) = client, !state.isEmpty else { continue }
-            var adapters: [String: String] = [:]
-            for service in state.services { adapters[service.definition.uuid] = service.adapter }
             result[id] = SavedPeripheral(
                 restoreIdentifier: state.restoreIdentifier, services: state.services.map(\.definition),
-                advertisement: state.advertisement?.data, serviceAdapters: adapters.isEmpty ? nil : adapters,
-                advertisementAdapter: state.advertisement?.adapter)
+                advertisement: state.advertisement?.data)
         }
         return result
     }
@@ -160,13 +146,10 @@ extension BluetoothPeripheral {
             for definition in app.services {
                 guard let root = try? objectPath("/org/vigil/gatt/\(token(client))/app\(nextServiceNumber)") else { continue }
                 nextServiceNumber += 1
-                let service = PublishedService(definition: definition, root: root)
-                service.adapter = app.serviceAdapters?[definition.uuid]
-                state.services.append(service)
+                state.services.append(PublishedService(definition: definition, root: root))
             }
             if let data = app.advertisement, let path = try? objectPath("/org/vigil/advertising/\(token(client))") {
                 state.advertisement = PublishedAdvertisement(data: data, path: path)
-                state.advertisement?.adapter = app.advertisementAdapter
             }
             clients[client] = state
         }

@@ -75,8 +75,7 @@ extension BluetoothComponent {
         case StartScan.type:
             let request: StartScan = try message.decode()
             try now { central throws(ProtocolError) in
-                try central.startScan(
-                    client, services: request.services, allowDuplicates: request.allowDuplicates ?? false, adapter: request.adapter)
+                try central.startScan(client, services: request.services, allowDuplicates: request.allowDuplicates ?? false)
                 return Done()
             }
         case StopScan.type:
@@ -86,7 +85,7 @@ extension BluetoothComponent {
         case ConnectPeripheral.type:
             let request: ConnectPeripheral = try message.decode()
             try now { central throws(ProtocolError) in
-                try central.connect(client, address: request.peripheral, adapter: request.adapter)
+                try central.connect(client, address: request.peripheral)
                 return Done()
             }
         case CancelPeripheralConnection.type:
@@ -97,7 +96,7 @@ extension BluetoothComponent {
             }
         case SetNotify.type:
             let request: SetNotify = try message.decode()
-            let path = request.path
+            let path = CharacteristicPath(peripheral: request.peripheral, service: request.service, characteristic: request.characteristic)
             try now { central throws(ProtocolError) in
                 try central.setNotify(client, path, enabled: request.enabled, acquire: request.acquire)
                 return Done()
@@ -109,16 +108,16 @@ extension BluetoothComponent {
             }
         case ReadCharacteristic.type:
             let request: ReadCharacteristic = try message.decode()
-            let path = request.path
+            let path = CharacteristicPath(peripheral: request.peripheral, service: request.service, characteristic: request.characteristic)
             later { central throws(ProtocolError) in
                 (CharacteristicValue(), try await central.read(client, path, descriptor: request.descriptor))
             }
         case WriteCharacteristic.type:
             let request: WriteCharacteristic = try message.decode()
-            let path = request.path
+            let path = CharacteristicPath(peripheral: request.peripheral, service: request.service, characteristic: request.characteristic)
             let value = message.body
             later { central throws(ProtocolError) in
-                try await central.write(client, path, value: value, withResponse: request.withResponse, descriptor: request.descriptor)
+                try await central.write(client, path, value: value, withResponse: request.withResponse)
                 return (Done(), [])
             }
         default:
@@ -154,7 +153,7 @@ extension BluetoothComponent {
         case AddService.type:
             let request: AddService = try message.decode()
             later { peripheral throws(ProtocolError) in
-                try await peripheral.addService(client, request.service, adapter: request.adapter)
+                try await peripheral.addService(client, request.service)
                 return (Done(), [])
             }
         case RemoveService.type:
@@ -166,7 +165,7 @@ extension BluetoothComponent {
         case StartAdvertising.type:
             let request: StartAdvertising = try message.decode()
             later { peripheral throws(ProtocolError) in
-                try await peripheral.startAdvertising(client, request.advertisement, adapter: request.adapter)
+                try await peripheral.startAdvertising(client, request.advertisement)
                 return (Done(), [])
             }
         case StopAdvertising.type:
