@@ -59,6 +59,17 @@ struct RestartAcknowledgementTests {
         return directory
     }
 
+    /// The next daemon after a SIGKILL: started on `directory`, the frozen
+    /// app adopted and woken for its restored events, and reconnected.
+    static func adoptedAndReconnected(directory: String, receiver: ProcessIdentity?, now: UInt64) -> Daemon {
+        let daemon = Daemon(directory: directory)
+        daemon.start(now: now)
+        daemon.call { $0.adopt(app, pid: process.pid, frozen: true, now: now) }
+        daemon.call { _ = $0.identified(app, now: now) }
+        daemon.call { _ = $0.connected(app, now: now, process: receiver) }
+        return daemon
+    }
+
     /// The first daemon: three events sent to the app's process, none
     /// acknowledged; then it is SIGKILLed (nothing saved beyond the journal).
     static func firstDaemon(directory: String, receiver: ProcessIdentity?) throws -> [UInt64] {
@@ -121,12 +132,8 @@ struct RestartAcknowledgementTests {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let restored = try Self.firstDaemon(directory: directory, receiver: receiver)
 
-        let daemon = Daemon(directory: directory)
         let now: UInt64 = 50_000_000_000
-        daemon.start(now: now)
-        daemon.call { $0.adopt(Self.app, pid: Self.process.pid, frozen: true, now: now) }
-        daemon.call { _ = $0.identified(Self.app, now: now) }
-        daemon.call { _ = $0.connected(Self.app, now: now, process: receiver) }
+        let daemon = Self.adoptedAndReconnected(directory: directory, receiver: receiver, now: now)
         for seq in restored { daemon.call { $0.acknowledge(Self.app, upTo: seq, now: now) } }
         #expect(daemon.queued.isEmpty)
         daemon.save()
@@ -146,12 +153,8 @@ struct RestartAcknowledgementTests {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let restored = try Self.firstDaemon(directory: directory, receiver: receiver)
 
-        let daemon = Daemon(directory: directory)
         var now: UInt64 = 50_000_000_000
-        daemon.start(now: now)
-        daemon.call { $0.adopt(Self.app, pid: Self.process.pid, frozen: true, now: now) }
-        daemon.call { _ = $0.identified(Self.app, now: now) }
-        daemon.call { _ = $0.connected(Self.app, now: now, process: receiver) }
+        let daemon = Self.adoptedAndReconnected(directory: directory, receiver: receiver, now: now)
         #expect(daemon.engine.apps[Self.app]?.queue.unacknowledgedCount == restored.count)
         now += 600_000_000_000
         daemon.call { $0.advance(to: now) }
