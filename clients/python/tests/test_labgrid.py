@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -17,6 +18,7 @@ from vigil.testing import VigilDaemon, VirtualAccessory
 
 labgrid = pytest.importorskip("labgrid")
 PLACE = "vigil-sensor"
+FARM_START_BOUND = 240.0  # seconds; see started() in farm
 pytest_plugins = ["pytester"]
 
 
@@ -52,13 +54,30 @@ def farm(vigild: VigilDaemon, virtual_accessory: VirtualAccessory, tmp_path: Pat
         assert run.returncode == 0, f"labgrid-client {' '.join(arguments)}: {run.stdout}{run.stderr}"
         return run.stdout
 
+    def started(condition: Callable[[], bool], what: str) -> None:
+        """Waits while every farm process lives: each poll starts a labgrid-client, and a Python with gRPC
+        takes tens of seconds to start in a TCG guest under load (two 20 s waits failed in CI that way), so
+        the bound is generous; a farm process that dies fails at once, with its log."""
+        began = time.monotonic()
+        while not condition():
+            for name, process in zip(("coordinator", "exporter"), processes):
+                if process.poll() is not None:
+                    raise AssertionError(f"the {name} exited ({process.returncode}) before {what}:\n"
+                                         f"{(tmp_path / f'{name}.log').read_text()}")
+            if time.monotonic() - began > FARM_START_BOUND:
+                raise AssertionError(f"no {what} after {FARM_START_BOUND:.0f} s; coordinator log:\n"
+                                     f"{(tmp_path / 'coordinator.log').read_text()}\nexporter log:\n"
+                                     f"{(tmp_path / 'exporter.log').read_text()}")
+            time.sleep(0.5)
+        print(f"farm: {what} after {time.monotonic() - began:.1f} s")
+
     try:
-        vigild.wait_until(lambda: subprocess.run([*client, "places"], capture_output=True, env=env).returncode == 0,
-                          "the coordinator")
+        started(lambda: subprocess.run([*client, "places"], capture_output=True, env=env).returncode == 0,
+                "the coordinator answering")
         processes.append(subprocess.Popen(
             [sys.executable, "-m", "vigil.labgrid", "exporter", "-c", coordinator, "--name", "gateway",
              "--hostname", "localhost", str(config)], env=env, stdout=logs["exporter"], stderr=subprocess.STDOUT))
-        vigild.wait_until(lambda: "NetworkVigilAccessory" in subprocess.run(  # only available ones are listed
+        started(lambda: "NetworkVigilAccessory" in subprocess.run(  # only available ones are listed
             [*client[:3], "resources"], capture_output=True, text=True, env=env).stdout,
             "the accessory published as available")
         lg("create")
@@ -69,7 +88,11 @@ def farm(vigild: VigilDaemon, virtual_accessory: VirtualAccessory, tmp_path: Pat
     finally:
         for process in reversed(processes):
             process.terminate()
-            process.wait(20)
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:  # a slow guest: do not leave it behind for the next test
+                process.kill()
+                process.wait()
         for log in logs.values():
             log.close()
 
