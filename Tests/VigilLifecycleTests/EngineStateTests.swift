@@ -233,6 +233,27 @@ struct EngineRestartTests {
         #expect(h.state(id) == .suspended)
     }
 
+    @Test func anAdoptedAppsWindowStartsAgainAtItsHello() throws {
+        let saved = try savedWithTwoSentEvents()
+        let h = Harness()
+        h.engine.restore(saved, now: 0)
+        h.engine.adopt(id, pid: 4242, frozen: true, now: h.now)  // woken for the restored events
+        h.advance(8)  // its client library takes 8 s to reconnect
+        #expect(h.state(id) == .background)
+        _ = try #require(h.engine.connected(id, now: h.now))
+        #expect(h.engine.nextDeadline == h.now + 10 * second)  // the whole wake budget, from the hello
+        h.advance(9)
+        #expect(h.state(id) == .background)
+        h.advance(1)
+        #expect(h.state(id) == .suspended)
+        // Only the first hello after adoption restarts it: a reconnect later in a window does not.
+        h.engine.disconnected(id)
+        try h.deliver()
+        h.advance(4)
+        _ = try #require(h.engine.connected(id, now: h.now))
+        #expect(h.engine.nextDeadline == h.now + 6 * second)
+    }
+
     @Test func adoptedRunningAppWithRestoredEventsGetsTheWakeBudget() throws {
         let saved = try savedWithTwoSentEvents()
         let h = Harness()

@@ -28,6 +28,10 @@ public struct AppRecord: Sendable {
     /// Set while a process launched into the background has not said hello:
     /// it is ended if it has not by then (`launch-timeout`).
     var connectBy: UInt64?
+    /// Set while an adopted process has not said hello to this daemon: a
+    /// window begun for it (grace or wake budget) starts again at its hello,
+    /// as a launched process's does, so its reconnect does not use it up.
+    var awaitingAdoptedHello = false
     /// Why the engine itself ended the current process, to tell a crash apart.
     var pendingExit: ExitCause?
     /// Whether the current process was told `didFinishLaunching` (once per process).

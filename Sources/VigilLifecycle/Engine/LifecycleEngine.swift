@@ -174,6 +174,11 @@ public final class LifecycleEngine {
             if app.state == .background {
                 beginBackgroundStretch(id, now: now, window: timings.wakeBudget, announce: false)
             }
+        } else if app.awaitingAdoptedHello {
+            update(id) { $0.awaitingAdoptedHello = false }
+            if app.state == .background, let since = app.backgroundSince, let end = app.suspendAt, end > since {
+                beginBackgroundStretch(id, now: now, window: Double(end - since) / 1e9, announce: false)
+            }
         }
         let current = apps[id]!
         return (current.state, current.launch, current.state.isForeground ? nil : current.limitAt)
@@ -224,6 +229,7 @@ public final class LifecycleEngine {
             $0.tasks = []
             $0.terminateAt = nil
             $0.connectBy = nil
+            $0.awaitingAdoptedHello = false
             $0.pendingExit = nil
             $0.launchNotified = false
             $0.queue.rewind()
@@ -252,7 +258,8 @@ public final class LifecycleEngine {
     /// restored events reach it only once it runs and connects again: a frozen
     /// app with restored events it may be woken for is woken for them, as for
     /// any delivery (its background modes and force-quit respected); a running
-    /// one gets the wake budget for them instead of the grace period.
+    /// one gets the wake budget for them instead of the grace period. Either
+    /// window starts again when the process says hello (`identified`).
     public func adopt(_ id: String, pid: Int32, frozen: Bool, now: UInt64, how: String = "in its cgroup") {
         guard apps[id] != nil else { return }
         update(id) {
@@ -260,6 +267,7 @@ public final class LifecycleEngine {
             $0.launch = LaunchOptions(reason: .adopted)
             $0.state = frozen ? .suspended : .background
             $0.connected = false
+            $0.awaitingAdoptedHello = true
             $0.queue.rewind()
         }
         let work = restoredWork(of: apps[id]!)
@@ -394,6 +402,7 @@ public final class LifecycleEngine {
             // Into the background: its window starts at its hello (`identified`);
             // until then it has `launch-timeout` to connect.
             $0.connectBy = state == .background ? now + nanoseconds(timings.launchTimeout) : nil
+            $0.awaitingAdoptedHello = false
         }
         decide(id, action, reason + " (pid \(pid))")
     }
@@ -414,6 +423,7 @@ public final class LifecycleEngine {
             $0.connected = false
             $0.terminateAt = nil
             $0.connectBy = nil
+            $0.awaitingAdoptedHello = false
             $0.queue.rewind()
         }
         decide(id, action, reason)
