@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 import unittest
+from pathlib import Path
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "clients", "python"))
@@ -133,7 +134,7 @@ class MockBlueZDaemonTest(unittest.TestCase):
                     with open(f"{path}/cgroup.kill", "w") as kill:
                         kill.write("1")
                     deadline = time.monotonic() + 10
-                    while "populated 0" not in open(f"{path}/cgroup.events").read() and time.monotonic() < deadline:
+                    while "populated 0" not in Path(path, "cgroup.events").read_text() and time.monotonic() < deadline:
                         time.sleep(0.05)
                     os.rmdir(path)
             os.rmdir(self.cgroup_root)
