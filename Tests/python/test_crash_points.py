@@ -106,7 +106,12 @@ class CrashPointTests(unittest.TestCase):
         daemon.env = {"VIGIL_CRASH_POINT": point}
         daemon.start()
         self.addCleanup(daemon.stop)
-        self.addCleanup(lambda: daemon.process.poll() is None and connect_control(daemon.socket).app_action("quit", APP))
+
+        def quit_app():
+            if daemon.process.poll() is None:
+                with connect_control(daemon.socket) as control:
+                    control.app_action("quit", APP)
+        self.addCleanup(quit_app)
         records = lambda: read_jsonl(record)  # noqa: E731
         events = lambda: [r for r in records() if r["kind"] == "event"]  # noqa: E731
 
