@@ -18,10 +18,14 @@ controllers and a Bumble SPP device (rfcomm_peer.py) on hci1:
    at the device;
 5. the device drops the link: the app hears the channel closed
    (willReopen), vigild connects again (`bluetooth.rfcomm.reopened`, same
-   session), and 64 KiB flow byte-exact after.
+   session), and 64 KiB flow byte-exact after;
+6. vigild is SIGKILLed mid-stream: the restarted vigild delivers every byte
+   it had read into the session log before the kill, byte-exact, then ends
+   the session (an RFCOMM socket dies with vigild), the app told why.
 """
 # lab-timeout: 300
 import os
+import struct
 import sys
 import time
 
@@ -182,6 +186,36 @@ peer.command("send 65536")
 daemon.wait(lambda: len(app_data()) >= before + 65536, 120, "64 KiB after the reopen")
 check_bytes(app_data()[before:], 0, "after the reopen")
 log(f"5. link dropped: closed (willReopen), reopened as session {session}, 64 KiB byte-exact after")
+
+# ------------------------------------------ 6. vigild SIGKILLed mid-stream ----
+daemon.wait_state(APP, "suspended")
+stream_start = len(app_data())
+peer.command(f"send {STREAM}")
+daemon.wait(lambda: len(app_data()) >= stream_start + 16384, 120, "the stream under way")
+
+
+def logged_offset():
+    """The stream offset after the last byte vigild read into the session's log (its header)."""
+    with open(f"{daemon.dir}/state/session-logs/{session}.log", "rb") as f:
+        return struct.unpack_from("<Q", f.read(48), 24)[0]
+
+
+written = daemon.sigkill(before_kill=logged_offset)
+if not stream_start + 16384 <= written < stream_start + STREAM:
+    raise LabError(f"the kill was not mid-stream: {written - stream_start} bytes of {STREAM} logged")
+daemon.restart()
+ctl = daemon.control
+daemon.wait(lambda: len(app_data()) >= written, 120, "the bytes vigild logged before the kill")
+daemon.wait(lambda: any("vigild restarted" in (r["reason"] or "") for r in daemon.records_of(APP, "closed")), 60,
+            "session.closed after the restart")
+if len(app_data()) != written:
+    raise LabError(f"after the restart the app has {len(app_data())} bytes of the session, want {written}")
+check_bytes(app_data()[stream_start:], 65536, "the stream up to the kill")  # step 5's send was the channel's first 64 KiB
+closed = [r for r in daemon.records_of(APP, "closed") if "vigild restarted" in (r["reason"] or "")][-1]
+if closed["willReopen"]:
+    raise LabError(f"the session was to reopen after the restart: {closed}")
+log(f"6. vigild SIGKILLed {written - stream_start} bytes into a {STREAM}-byte stream: the app got all of them "
+    f"byte-exact after the restart, then the session ended ({closed['reason']})")
 
 peer.command("quit")
 daemon.stop()
