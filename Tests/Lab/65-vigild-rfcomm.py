@@ -23,7 +23,7 @@ controllers and a Bumble SPP device (rfcomm_peer.py) on hci1:
    it had read into the session log before the kill, byte-exact, then ends
    the session (an RFCOMM socket dies with vigild), the app told why.
 """
-# lab-timeout: 300
+# lab-timeout: 480
 import os
 import struct
 import sys
@@ -74,7 +74,9 @@ if os.path.exists(DATA):
 lab.bt_up("dual")
 bluez = lab.Bluez("hci0")
 bluez.forget_all()
-peer = lab.Peer.start("spp", os.path.join(HERE, "rfcomm_peer.py"), "--channel", str(CHANNEL), "--expect", "65536")
+# Python and Bumble take 30 s and more to start under TCG on a busy host.
+peer = lab.Peer.start("spp", os.path.join(HERE, "rfcomm_peer.py"), "--channel", str(CHANNEL), "--expect", "65536",
+                      timeout=150)
 ADDRESS = peer.wait_event("ready", timeout=30)["address"].upper()
 log(f"   SPP device on hci1 at {ADDRESS}, channel {CHANNEL}")
 
