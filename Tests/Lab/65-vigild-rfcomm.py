@@ -24,6 +24,7 @@ controllers and a Bumble SPP device (rfcomm_peer.py) on hci1:
    the session (an RFCOMM socket dies with vigild), the app told why.
 """
 # lab-timeout: 480
+import asyncio
 import os
 import struct
 import sys
@@ -34,6 +35,7 @@ import vigillab as lab  # noqa: E402
 from vigillab import LabError  # noqa: E402
 import accessory_lab as acc  # noqa: E402
 from accessory_lab import log, VigilError  # noqa: E402
+import vigil  # noqa: E402  (accessory_lab put clients/python on the path)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 APP = "org.vigil.lab.rfcommapp"
@@ -113,8 +115,30 @@ def wait_count(kind, n, timeout, what):
     return peer.events(kind)[n - 1]
 
 
-# ------------------------------------------------------ 1. bad requests ----
+# ------------------------------------------------- pairing through vigild ----
+# The kernel needs a link key for any RFCOMM channel to an SSP device (security
+# "low" only spares SDP): pair through vigild's agent first, answering its prompt.
 daemon.wait(lambda: ctl.request("ble.state")["state"] == "poweredOn", 60, "vigild to see hci0 powered on")
+
+
+async def pair():
+    prompts = []
+    async with vigil.Control(daemon.socket) as control:
+        central = await control.central()
+
+        async def on_prompt(prompt):
+            prompts.append(dict(prompt))
+            if prompt["kind"] in ("confirm", "authorize", "authorizeService"):
+                await central.respond_pairing(prompt["request"], True)
+        central.pairing_callback = on_prompt
+        return await asyncio.wait_for(central.pair(ADDRESS), 120), prompts
+
+paired, prompts = asyncio.run(pair())
+if not paired["paired"]:
+    raise LabError(f"pairing with the SPP device: {paired}\n{daemon.diagnostics()}")
+log(f"   paired through vigild's agent (bonded {paired['bonded']}; prompts {[p['kind'] for p in prompts]})")
+
+# ------------------------------------------------------ 1. bad requests ----
 expect_error("invalidArgument", "channel 31", device=ADDRESS, channel=31)
 expect_error("invalidArgument", "neither channel nor uuid", device=ADDRESS)
 expect_error("invalidArgument", "channel and uuid", device=ADDRESS, channel=CHANNEL, uuid="0x1101")

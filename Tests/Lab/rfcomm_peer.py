@@ -29,7 +29,7 @@ REPO = os.environ.get("VIGIL_LAB_REPO") or os.path.abspath(os.path.join(HERE, ".
 sys.path.insert(0, os.path.join(REPO, "lab", "peers"))
 import _peerlib  # noqa: E402
 
-from bumble import hci, rfcomm  # noqa: E402
+from bumble import hci, keys, rfcomm  # noqa: E402
 from bumble.core import UUID  # noqa: E402
 from bumble.device import Device  # noqa: E402
 
@@ -126,6 +126,8 @@ class SPPPeer:
         async with transport:
             device = Device.with_hci(a.name, hci.Address("C0:DE:00:00:00:65"), transport.source, transport.sink)
             device.classic_enabled = True
+            # The link key of the pairing through vigild's agent, for the reconnections after it.
+            device.keystore = keys.MemoryKeyStore()
             device.le_enabled = False
             device.on("connection", self.on_connection)
             server = rfcomm.Server(device)

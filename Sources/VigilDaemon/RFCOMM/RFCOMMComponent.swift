@@ -166,7 +166,8 @@ final class RFCOMMComponent: StreamTransport {
         case .system:
             switch error.errno {
             case .connectionRefused?: return ProtocolError(.notFound, "\(doing): nothing listens on that channel (\(error))")
-            case .permissionDenied?: return ProtocolError(.notPermitted, "\(doing): \(error)")
+            case .permissionDenied?:
+                return ProtocolError(.notPermitted, "\(doing): the link's security was refused (the device is not paired, or the pairing failed)")
             case .hostIsDown?, .noRouteToHost?, .timedOut?, .socketNotConnected?:
                 return ProtocolError(.notConnected, "\(doing): the device did not answer (\(error))")
             default: return ProtocolError(.deviceError, "\(doing): \(error)")
