@@ -14,11 +14,11 @@ controllers and a Bumble SPP device (rfcomm_peer.py) on hci1:
    suspended: 256 KiB from the device arrive byte-exact through a 16 KiB
    session buffer (vigild stops reading when it is full; RFCOMM credits
    hold the device back), the app woken per data event;
-4. 64 KiB from the app (a background task, after a wake) arrive byte-exact
-   at the device;
 5. the device drops the link: the app hears the channel closed
    (willReopen), vigild connects again (`bluetooth.rfcomm.reopened`, same
    session), and 64 KiB flow byte-exact after;
+4. (after 5) 64 KiB from the app (a background task, after a wake) arrive
+   byte-exact at the device;
 6. vigild is SIGKILLed mid-stream: the restarted vigild delivers every byte
    it had read into the session log before the kill, byte-exact, then ends
    the session (an RFCOMM socket dies with vigild), the app told why.
@@ -190,13 +190,6 @@ log(f"3. by UUID 0x1101: channel {CHANNEL} (SDP); {STREAM} bytes device -> suspe
     f"({STREAM / 1024 / max(elapsed, 1e-6):.0f} KiB/s): {len(daemon.records_of(APP, 'data'))} data events, "
     f"{len(wakes)} wakes; through a {BUFFER}-byte buffer: reading paused {paused} time(s), no byte lost")
 
-# ----------------------------------------------------- 4. app -> device ----
-ctl.wake(APP, kind="l2cap.send", attributes={"bytes": 65536})
-received = wait_count("received-all", 1, 120, "64 KiB from the app")
-if not received.get("ok"):
-    raise LabError(f"app to device: wrong bytes: {peer.events('mismatch')}")
-log("4. 64 KiB app -> device byte-exact")
-
 # ----------------------------------------------- 5. link loss and reopen ----
 daemon.wait_state(APP, "suspended")
 peer.command("disconnect")
@@ -212,6 +205,13 @@ peer.command("send 65536")
 daemon.wait(lambda: len(app_data()) >= before + 65536, 120, "64 KiB after the reopen")
 check_bytes(app_data()[before:], 0, "after the reopen")
 log(f"5. link dropped: closed (willReopen), reopened as session {session}, 64 KiB byte-exact after")
+
+# ----------------------------------------------------- 4. app -> device ----
+ctl.wake(APP, kind="l2cap.send", attributes={"bytes": 65536})
+received = wait_count("received-all", 1, 120, "64 KiB from the app")
+if not received.get("ok"):
+    raise LabError(f"app to device: wrong bytes: {peer.events('mismatch')}")
+log("4. 64 KiB app -> device (on the reopened channel) byte-exact")
 
 # ------------------------------------------ 6. vigild SIGKILLed mid-stream ----
 daemon.wait_state(APP, "suspended")

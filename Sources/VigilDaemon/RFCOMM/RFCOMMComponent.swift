@@ -158,20 +158,20 @@ final class RFCOMMComponent: StreamTransport {
         }
     }
 
-    /// A socket error as the protocol says it.
+    /// A socket error as the protocol says it (the system's words, without
+    /// `L2CAPError`'s hints, which are about PSMs).
     func protocolError(_ error: L2CAPError, _ doing: String) -> ProtocolError {
-        switch error {
-        case .bluetoothUnavailable: return ProtocolError(.unavailable, "\(doing): \(error)")
-        case .invalidArgument: return ProtocolError(.invalidArgument, "\(doing): \(error)")
-        case .system:
-            switch error.errno {
-            case .connectionRefused?: return ProtocolError(.notFound, "\(doing): nothing listens on that channel (\(error))")
-            case .permissionDenied?:
-                return ProtocolError(.notPermitted, "\(doing): the link's security was refused (the device is not paired, or the pairing failed)")
-            case .hostIsDown?, .noRouteToHost?, .timedOut?, .socketNotConnected?:
-                return ProtocolError(.notConnected, "\(doing): the device did not answer (\(error))")
-            default: return ProtocolError(.deviceError, "\(doing): \(error)")
-            }
+        guard case let .system(system) = error else {
+            let code: ProtocolError.Code = if case .bluetoothUnavailable = error { .unavailable } else { .invalidArgument }
+            return ProtocolError(code, "\(doing): \(error)")
+        }
+        switch system.errno {
+        case .connectionRefused: return ProtocolError(.notFound, "\(doing): nothing listens on that channel (\(system))")
+        case .permissionDenied:
+            return ProtocolError(.notPermitted, "\(doing): the link's security was refused (the device is not paired, or the pairing failed)")
+        case .hostIsDown, .noRouteToHost, .timedOut, .socketNotConnected:
+            return ProtocolError(.notConnected, "\(doing): the device did not answer (\(system))")
+        default: return ProtocolError(.deviceError, "\(doing): \(system)")
         }
     }
 
