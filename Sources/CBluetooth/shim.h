@@ -1,5 +1,5 @@
 // libbluetooth's socket declarations (libbluetooth-dev): AF_BLUETOOTH,
-// BTPROTO_L2CAP, sockaddr_l2, the BT_* socket options and LE address types.
+// BTPROTO_L2CAP, sockaddr_l2, BTPROTO_RFCOMM, sockaddr_rc, the BT_* socket options and LE address types.
 // Only the headers are used (constants, structs and the inline helper
 // below), so nothing links against libbluetooth.
 #ifndef CBLUETOOTH_SHIM_H
@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <bluetooth/bluetooth.h>
 #include <bluetooth/l2cap.h>
+#include <bluetooth/rfcomm.h>
 
 // SOL_BLUETOOTH is 274; the header defines it, Swift cannot always import it.
 static const int vigil_sol_bluetooth = SOL_BLUETOOTH;

@@ -87,11 +87,11 @@ actor DaemonCore {
         // from the start); the apps' processes (adopted and relaunched before
         // anything delivers); the stream layer before the transports whose
         // sessions it carries (they take back what it read from
-        // sessions.json); Bluetooth before L2CAP (which uses its links). The
+        // sessions.json); Bluetooth before L2CAP and RFCOMM (which use its links). The
         // order is also that of systemd's status line.
         let components: [any DaemonComponent] = [
             metrics, apps, StreamSessions(), AccessoriesComponent(portKeeperCommand: portKeeper), BluetoothComponent(),
-            L2CAPComponent(), RefreshComponent(), MQTTComponent(), DemoComponent(), systemd,
+            L2CAPComponent(), RFCOMMComponent(), RefreshComponent(), MQTTComponent(), DemoComponent(), systemd,
         ]
         self.components = components
         self.requestRoutes = Self.routes(for: components)

@@ -13,7 +13,7 @@ struct Ble: AsyncParsableCommand {
         abstract: "Bluetooth LE: the adapter, peripherals, GATT reads, writes and notifications; serving GATT services.",
         subcommands: [
             BleState.self, BleDevices.self, BleScan.self, BleConnect.self, BleDisconnect.self,
-            BleGATT.self, BleRead.self, BleWrite.self, BleNotify.self, BleServe.self, BleL2CAP.self,
+            BleGATT.self, BleRead.self, BleWrite.self, BleNotify.self, BleServe.self, BleL2CAP.self, BleRFCOMM.self,
             BlePair.self, BleUnpair.self, BleTrust.self, BleMonitor.self,
         ]
     )

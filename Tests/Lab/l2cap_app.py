@@ -1,6 +1,11 @@
 #!/usr/bin/python3
-"""A Vigil app with an L2CAP channel, for 58-vigild-l2cap (not a test: the
-runner only runs files named NN-name). Launched by vigild from a manifest.
+"""A Vigil app with an L2CAP channel, for 58-vigild-l2cap, or an RFCOMM
+channel, for 65-vigild-rfcomm (not a test: the runner only runs files named
+NN-name). Launched by vigild from a manifest.
+
+RFCOMM (--rfcomm ADDR, --channel N or --uuid U): opens the channel at launch
+(with --reopen: it connects again after it closed); `bluetooth.rfcomm.reopened`
+is recorded as reopened.
 
 Central role (--peripheral ADDR --psm N): connects, and opens a channel to
 PSM N as soon as the link is up (with --reopen: again after a link loss).
@@ -50,6 +55,9 @@ def main():
     parser.add_argument("--psm", type=lambda s: int(s, 0))
     parser.add_argument("--reopen", action="store_true")
     parser.add_argument("--publish", metavar="NAME")
+    parser.add_argument("--rfcomm", metavar="ADDR")
+    parser.add_argument("--channel", type=int)
+    parser.add_argument("--uuid")
     parser.add_argument("--coalesce-ms", type=int)
     parser.add_argument("--notify", metavar="SERVICE/CHARACTERISTIC")
     parser.add_argument("--notify-data")
@@ -111,6 +119,12 @@ def serve(app, options, record, state):
         if not (registered.get("restored") or {}).get("advertisement"):
             app.request("ble.startAdvertising", advertisement={"localName": options.publish})
         record(kind="published", psm=psm)
+    if options.rfcomm and session is None:
+        target = {"channel": options.channel} if options.channel else {"uuid": options.uuid}
+        reply = app.request("bluetooth.openRFCOMMChannel", device=options.rfcomm, reopen=options.reopen,
+                            **target, **coalesce)
+        session = state["session"] = reply["channel"]["session"]
+        record(kind="channelOpened", channel=reply["channel"])
     app.end_background_task(setup)
     for item in app.events():
         if isinstance(item, Lifecycle):
@@ -130,7 +144,7 @@ def serve(app, options, record, state):
             elif kind == "ble.l2cap.incoming":
                 session = state["session"] = attributes["session"]
                 record(kind="incoming", channel=attributes)
-            elif kind == "ble.l2cap.reopened":
+            elif kind in ("ble.l2cap.reopened", "bluetooth.rfcomm.reopened"):
                 record(kind="reopened", channel=attributes)
             elif kind == "session.data":
                 # At its stream offset: an event delivered again (vigild

@@ -54,6 +54,7 @@ COMMON = {
     "ble.publishL2CAPChannel": ["psm", "security", "receiveMTU", "coalesceMilliseconds"],
     "ble.unpublishL2CAPChannel": ["psm"],
     "ble.l2cap": [],
+    "bluetooth.openRFCOMMChannel": ["device", "channel", "uuid", "reopen", "security", "coalesceMilliseconds"],
 }
 APP_TYPES = dict(COMMON, **{
     "beginBackgroundTask": ["name"],

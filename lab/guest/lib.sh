@@ -135,8 +135,19 @@ lab_bt_init_done() {
   [[ -e /sys/kernel/debug/bluetooth/hci0/hci_version && -e /sys/kernel/debug/bluetooth/hci1/hci_version ]]
 }
 
-lab_bt_controllers() {  # btvirt: hci0 + hci1 on one emulated LE link
-  lab_daemon_alive btvirt && lab_bt_init_done && return 0
+# LAB_BT_MODE=le (default): btvirt -L, LE-only controllers; dual: btvirt's
+# BR/EDR/LE controllers, for Bluetooth Classic (RFCOMM) tests.  Asking for
+# the other mode than the running btvirt's restarts btvirt and bluetoothd.
+lab_bt_controllers() {  # btvirt: hci0 + hci1 on one emulated link
+  local mode="${LAB_BT_MODE:-le}" flags=-L
+  [[ "$mode" == dual ]] && flags=
+  if lab_daemon_alive btvirt && lab_bt_init_done; then
+    [[ "$(cat "$LAB_RUN/btvirt.mode" 2>/dev/null || echo le)" == "$mode" ]] && return 0
+    lab_log "btvirt runs in another mode than $mode: restarting it and bluetoothd"
+    lab_daemon_stop bluetoothd
+    lab_daemon_stop btvirt
+    lab_wait_for 10 "hci0/hci1 to go away" lab_not test -e /sys/class/bluetooth/hci0 || return 1
+  fi
   modprobe hci_vhci || { lab_fail "modprobe hci_vhci failed"; return 1; }
   mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
   lab_wait_for 10 "/dev/vhci" test -c /dev/vhci || return 1
@@ -146,7 +157,8 @@ lab_bt_controllers() {  # btvirt: hci0 + hci1 on one emulated LE link
   local attempt mark deadline
   for attempt in 1 2 3; do
     mark="$(dmesg | wc -l)"
-    lab_daemon btvirt btvirt -L -l2 || return 1
+    lab_daemon btvirt btvirt $flags -l2 || return 1
+    echo "$mode" > "$LAB_RUN/btvirt.mode"
     # Cheap wait first (debugfs gets hci_version once a controller's init
     # succeeded), so no heavy process competes with btvirt in the meantime;
     # then confirm with the kernel's mgmt index list.

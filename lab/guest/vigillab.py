@@ -69,8 +69,13 @@ def sh(func: str, *args: Any, timeout: float = 120) -> str:
     return p.stdout.strip()
 
 
-def bt_up() -> None:
-    sh("lab_bt_up")
+def bt_up(mode: str = "le") -> None:
+    """The lab's Bluetooth; `mode="dual"`: BR/EDR/LE controllers (Classic, RFCOMM)."""
+    os.environ["LAB_BT_MODE"] = mode
+    try:
+        sh("lab_bt_up")
+    finally:
+        del os.environ["LAB_BT_MODE"]
 
 
 def udev_up() -> None:

@@ -14,6 +14,14 @@ extension BluetoothComponent: BluetoothLinks {
         return try outcome.get()
     }
 
+    func classicTarget(address: String) throws(ProtocolError) -> ClassicTarget {
+        guard let central else { throw ProtocolError(.unavailable, "Bluetooth is disabled in this daemon's config") }
+        let outcome: Result<ClassicTarget, ProtocolError> = central.assumeIsolated { central in
+            do throws(ProtocolError) { return .success(try central.classicTarget(address: address)) } catch { return .failure(error) }
+        }
+        return try outcome.get()
+    }
+
     func wantsLink(_ client: BluetoothClient, address: String) -> Bool {
         central?.assumeIsolated { $0.wantsLink(client, address: address) } ?? false
     }

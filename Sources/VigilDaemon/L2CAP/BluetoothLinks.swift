@@ -13,6 +13,8 @@ protocol BluetoothLinks {
     func l2capTarget(_ client: BluetoothClient, address: String) throws(ProtocolError) -> L2CAPTarget
     func wantsLink(_ client: BluetoothClient, address: String) -> Bool
     func linkIsUp(_ address: String) -> Bool
+    /// A BR/EDR device BlueZ knows, for an RFCOMM channel.
+    func classicTarget(address: String) throws(ProtocolError) -> ClassicTarget
 }
 
 extension DaemonServices {

@@ -32,6 +32,7 @@ from .ble import (
 from .control import Control
 from .monitor import AdvertisementData, AdvertisementMonitor, Dropped, Found, Lost, advertisement_records, pattern
 from .l2cap import L2CAPChannel
+from .rfcomm import RFCOMMChannel
 from .records import AppInfo, Decision, DeviceChange, Task
 
 __version__ = "0.1.0"
@@ -45,6 +46,6 @@ __all__ = [
     "SessionItem", "split_records", "INVALID_TASK", "App", "AppItem", "BackgroundTask", "ConnectionRestored", "Event", "LaunchOptions",
     "Lifecycle", "BLEClient", "Central", "Characteristic", "Descriptor", "Device", "PeripheralManager",
     "PeripheralRequest", "Scanner", "Service", "Services", "UpdateResult", "characteristic_definition",
-    "normalize_uuid", "service_definition", "Control", "L2CAPChannel", "__version__",
+    "normalize_uuid", "service_definition", "Control", "L2CAPChannel", "RFCOMMChannel", "__version__",
     "AdvertisementData", "AdvertisementMonitor", "Dropped", "Found", "Lost", "advertisement_records", "pattern",
 ]

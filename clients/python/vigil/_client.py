@@ -12,6 +12,7 @@ from ._ledger import Token
 from .accessories import Accessory, AccessorySession
 from .ble import Central, PeripheralManager
 from .l2cap import L2CAPChannel, l2cap_options
+from .rfcomm import RFCOMMChannel
 
 
 class Client:
@@ -140,6 +141,38 @@ class Client:
 
     def _forget_session(self, session_id: int) -> None:
         self._sessions.pop(session_id, None)
+
+    # -- RFCOMM channels
+
+    async def open_rfcomm_channel(self, device: str, channel: int | None = None, *, uuid: str | None = None,
+                                  reopen: bool | None = None, security: str | None = None,
+                                  coalesce_ms: int | None = None) -> RFCOMMChannel:
+        """Opens an RFCOMM channel to server `channel` (1-30), or to the service
+        `uuid`, on a BR/EDR device BlueZ knows; returns once the device accepted.
+        With `reopen` the channel connects again (same session) whenever it closes
+        by itself, until closed."""
+        members: dict[str, Any] = {"device": device}
+        if channel is not None:
+            members["channel"] = int(channel)
+        if uuid is not None:
+            members["uuid"] = str(uuid)
+        if reopen is not None:
+            members["reopen"] = bool(reopen)
+        if security is not None:
+            members["security"] = security
+        if coalesce_ms is not None:
+            members["coalesceMilliseconds"] = int(coalesce_ms)
+        opened: list[RFCOMMChannel] = []
+
+        def register(reply: Message) -> None:
+            # On the reader, before any frame that follows the reply: the channel's first data.
+            rfcomm = RFCOMMChannel(self, reply["channel"])
+            rfcomm.reopen = bool(reopen)
+            self._sessions[rfcomm.id] = rfcomm
+            opened.append(rfcomm)
+
+        await self.connection.request("bluetooth.openRFCOMMChannel", on_reply=register, timeout=None, **members)
+        return opened[0]
 
     # -- Bluetooth
 
