@@ -113,10 +113,11 @@ public struct BlueZObjectTree: Sendable, Equatable {
         properties(path, BlueZ.device).map { DeviceView(path: path, properties: $0) }
     }
 
-    /// The device with this address (on the first adapter that has it).
-    public func device(address: String) -> DeviceView? {
+    /// The device with this address on `adapter` (each adapter that sees a
+    /// peripheral has an object of its own for it).
+    public func device(address: String, adapter: ObjectPath) -> DeviceView? {
         let wanted = address.uppercased()
-        return devices.first { $0.address == wanted }
+        return devices.first { $0.address == wanted && $0.adapter == adapter }
     }
 
     public func services(of device: ObjectPath) -> [GattServiceView] {
@@ -147,12 +148,20 @@ public struct BlueZObjectTree: Sendable, Equatable {
         }
     }
 
-    /// The characteristic of `device` with these UUIDs (canonical form); the
-    /// first by path if a service or characteristic appears twice.
-    public func characteristic(of device: ObjectPath, service: String, characteristic: String) -> GattCharacteristicView? {
-        for candidate in services(of: device) where candidate.uuid == service {
-            if let found = characteristics(of: candidate.path).first(where: { $0.uuid == characteristic }) { return found }
+    /// The characteristics of `device` with these UUIDs (canonical form), in
+    /// handle order (BlueZ names their objects by handle, `char000b`): the
+    /// instances a `CharacteristicPath` counts. Services of one UUID are
+    /// taken in handle order too, their characteristics one after another.
+    public func characteristics(of device: ObjectPath, service: String, characteristic: String) -> [GattCharacteristicView] {
+        services(of: device).filter { $0.uuid == service }.sorted { $0.path.rawValue < $1.path.rawValue }.flatMap { candidate in
+            characteristics(of: candidate.path).filter { $0.uuid == characteristic }.sorted { $0.path.rawValue < $1.path.rawValue }
         }
-        return nil
+    }
+
+    /// The characteristic of `device` with these UUIDs, instance `instance`
+    /// (0: the first by handle).
+    public func characteristic(of device: ObjectPath, service: String, characteristic: String, instance: Int = 0) -> GattCharacteristicView? {
+        let found = characteristics(of: device, service: service, characteristic: characteristic)
+        return found.indices.contains(instance) ? found[instance] : nil
     }
 }

@@ -69,6 +69,14 @@ public struct GattCharacteristicView: Sendable, Equatable {
     public var notifying: Bool { properties["Notifying"]?.bool ?? false }
     public var value: [UInt8]? { properties["Value"]?.bytes }
     public var mtu: Int? { properties["MTU"]?.uint16.map(Int.init) }
+    /// The ATT handle: BlueZ's `Handle` where it reports one, else the hex
+    /// number its object path ends with (`.../service000a/char000b`).
+    public var handle: Int? {
+        if let handle = properties["Handle"]?.uint16, handle != 0 { return Int(handle) }
+        let last = path.rawValue.split(separator: "/").last ?? ""
+        guard last.hasPrefix("char"), last.count > 4 else { return nil }
+        return Int(last.dropFirst(4), radix: 16)
+    }
 }
 
 public struct GattDescriptorView: Sendable, Equatable {

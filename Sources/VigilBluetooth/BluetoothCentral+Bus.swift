@@ -172,6 +172,7 @@ extension BluetoothCentral {
         signalsWhileLoading = []
         for message in raced { applySignal(message) }
         log("bluetooth: mirror loaded: \(tree.adapters.count) adapter(s), \(tree.devices.count) device(s)")
+        pinDefaultAdapter()
         stateMayHaveChanged()
         reconcileEverything()
         // A bluetoothd that (re)appeared has no agent: register ours again.
@@ -193,7 +194,7 @@ extension BluetoothCentral {
         let connected = links.filter { $0.value.connected }.map(\.key)
         tree = BlueZObjectTree()
         agentGone()
-        discovery = DiscoveryState()
+        discoveries = [:]
         for (path, state) in notify { state.close(loop: loop, path: path) }
         notify = [:]
         for address in connected { linkWentDown(address, reason: "bluetoothd stopped") }
@@ -266,6 +267,7 @@ extension BluetoothCentral {
 
     private func objectAppeared(_ path: ObjectPath, interfaces: Set<String>) {
         if interfaces.contains(BlueZ.adapter) {
+            pinDefaultAdapter()
             stateMayHaveChanged()
             reconcileEverything()
             if let adapter = tree.adapter(at: path) { loop.task { await self.keepBondable(adapter) } }
@@ -279,8 +281,12 @@ extension BluetoothCentral {
     }
 
     private func objectRemoved(_ path: ObjectPath, device: DeviceView?) {
-        if tree.adapters.isEmpty { stateMayHaveChanged() }
-        if let device, tree.device(at: path) == nil {
+        if tree.adapter(at: path) == nil {
+            // An adapter gone takes its discovery with it.
+            discoveries[path] = nil
+            stateMayHaveChanged()
+        }
+        if let device, tree.device(at: path) == nil, device.adapter != nil, linkAdapter(device.address)?.path == device.adapter {
             if links[device.address]?.connected == true { linkWentDown(device.address, reason: "the device was removed") }
             reconcileLink(device.address)
         }
@@ -292,6 +298,8 @@ extension BluetoothCentral {
     private func propertiesChanged(_ path: ObjectPath, interface: String, changed: [String: DBusValue], before: [String: DBusValue]?) {
         switch interface {
         case BlueZ.adapter:
+            // Powering off ends the adapter's discovery at BlueZ.
+            if changed["Powered"]?.unwrapped.bool == false, discoveries[path]?.changing != true { discoveries[path] = nil }
             stateMayHaveChanged()
             if changed["Powered"] != nil { reconcileEverything() }
             if changed["Pairable"]?.unwrapped.bool == false, let adapter = tree.adapter(at: path) {
@@ -302,8 +310,9 @@ extension BluetoothCentral {
             if changed["Address"] != nil, let old = before?["Address"]?.string?.uppercased(), old != device.address {
                 deviceAddressChanged(path, from: old, to: device.address)
             }
-            if changed["Connected"] != nil { connectedChanged(device) }
-            if changed["ServicesResolved"]?.unwrapped.bool == true { servicesResolved(device) }
+            // The same address on another adapter is another object: not this link's.
+            if changed["Connected"] != nil, isLinkDevice(device) { connectedChanged(device) }
+            if changed["ServicesResolved"]?.unwrapped.bool == true, isLinkDevice(device) { servicesResolved(device) }
             let advertised = ["RSSI", "ManufacturerData", "ServiceData", "UUIDs", "Name", "TxPower"]
             if advertised.contains(where: { changed[$0] != nil }) {
                 advertisementSeen(device)
@@ -322,12 +331,6 @@ extension BluetoothCentral {
     }
 
     // MARK: Adapter state
-
-    /// The adapter vigild uses: the first powered one, else the first.
-    var adapter: AdapterView? {
-        let adapters = tree.adapters
-        return adapters.first(where: \.powered) ?? adapters.first
-    }
 
     public var state: BluetoothState {
         guard bus != nil, bluezOwner != nil else { return lastState == .unknown ? .unsupported : .resetting }
@@ -358,6 +361,16 @@ extension BluetoothCentral {
             return BluetoothHealth(condition: .starting, detail: "bluetoothd (re)appeared; loading its objects")
         }
         guard let adapter else {
+            if let configuredAdapter {
+                let present = tree.adapters.map(\.name).sorted().joined(separator: ", ")
+                return BluetoothHealth(
+                    condition: .noAdapter,
+                    detail: "the configured adapter \(configuredAdapter) is not present (BlueZ has: \(present.isEmpty ? "none" : present)); vigild waits for it")
+            }
+            if let pinnedAdapter {
+                return BluetoothHealth(
+                    condition: .noAdapter, detail: "the default adapter (\(pinnedAdapter)) is gone; vigild waits for it and uses no other")
+            }
             return BluetoothHealth(condition: .noAdapter, detail: "bluetoothd runs but has no Bluetooth adapter")
         }
         guard adapter.powered else {
@@ -368,14 +381,21 @@ extension BluetoothCentral {
         return BluetoothHealth(condition: .poweredOn, adapter: adapter.name, detail: "adapter \(adapter.name) is powered on")
     }
 
-    /// The bus and adapter the peripheral role publishes through, while BlueZ is there.
-    func roleAccess() -> (bus: DBusConnection, adapter: ObjectPath)? {
-        guard let bus, bluezOwner != nil, !loading, let adapter else { return nil }
+    /// The bus and adapter the peripheral role publishes through, while
+    /// BlueZ is there: the chosen adapter (an address), or the default.
+    func roleAccess(adapter choice: String? = nil) -> (bus: DBusConnection, adapter: ObjectPath)? {
+        guard let bus, bluezOwner != nil, !loading, let adapter = adapterView(choice) else { return nil }
         return (bus, adapter.path)
+    }
+
+    /// The peripheral role's `adapter` member, checked as the central's are.
+    func choosePublishingAdapter(_ selector: String?) throws(ProtocolError) -> String? {
+        try chooseAdapter(selector)
     }
 
     /// Tells every client with a manager when the state changes.
     func stateMayHaveChanged() {
+        chosenAdaptersMayHaveChanged()
         let now = state
         guard now != lastState else { return }
         log("bluetooth: state \(lastState.rawValue) -> \(now.rawValue)")
@@ -397,6 +417,6 @@ extension BluetoothCentral {
     func reconcileEverything() {
         reconcileDiscovery()
         for address in Set(links.keys).union(clients.values.flatMap(\.connects)) { reconcileLink(address) }
-        for device in tree.devices where device.connected && device.servicesResolved { servicesResolved(device) }
+        for device in tree.devices where device.connected && device.servicesResolved && isLinkDevice(device) { servicesResolved(device) }
     }
 }

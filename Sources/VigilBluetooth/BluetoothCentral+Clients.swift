@@ -25,7 +25,7 @@ extension BluetoothCentral {
 
     func restorationState(of client: BluetoothClient, _ kept: CentralClientState) -> CentralRestoredState {
         let peripherals = kept.connects.sorted().map { address -> RestoredPeripheral in
-            guard let device = tree.device(address: address) else {
+            guard let device = self.device(address) else {
                 return RestoredPeripheral(peripheral: PeripheralInfo(address: address, state: "connecting"), services: [])
             }
             let services = device.servicesResolved ? services(of: device, for: client) : []

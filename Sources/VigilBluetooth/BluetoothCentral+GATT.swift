@@ -10,7 +10,7 @@ extension BluetoothCentral {
 
     public func discoverServices(_ client: BluetoothClient, address rawAddress: String) async throws(ProtocolError) -> [GATTServiceInfo] {
         let address = try Self.address(rawAddress)
-        guard let device = tree.device(address: address), device.connected else {
+        guard let device = self.device(address), device.connected else {
             throw ProtocolError(.notConnected, "\(address) is not connected; connect first")
         }
         if !device.servicesResolved {
@@ -18,22 +18,31 @@ extension BluetoothCentral {
                 throw ProtocolError(.deviceError, "\(address): BlueZ did not resolve the services within 30 s")
             }
         }
-        guard let device = tree.device(address: address) else { throw ProtocolError(.notConnected, "\(address) went away") }
+        guard let device = self.device(address) else { throw ProtocolError(.notConnected, "\(address) went away") }
         return services(of: device, for: client)
     }
 
     func services(of device: DeviceView, for client: BluetoothClient) -> [GATTServiceInfo] {
         let subscribed = clients[client]?.subscriptions ?? [:]
-        return tree.services(of: device.path).map { service in
+        return tree.services(of: device.path).sorted { $0.path.rawValue < $1.path.rawValue }.map { service in
             GATTServiceInfo(
                 uuid: service.uuid, primary: service.primary,
-                characteristics: tree.characteristics(of: service.path).map { characteristic in
-                    GATTCharacteristicInfo(
+                characteristics: tree.characteristics(of: service.path).sorted { $0.path.rawValue < $1.path.rawValue }.map { characteristic in
+                    let instance = self.instance(of: characteristic, service: service, device: device.path)
+                    return GATTCharacteristicInfo(
                         uuid: characteristic.uuid, properties: characteristic.flags,
                         descriptors: tree.descriptors(of: characteristic.path).map { GATTDescriptorInfo(uuid: $0.uuid) },
-                        notifying: subscribed[CharacteristicPath(peripheral: device.address, service: service.uuid, characteristic: characteristic.uuid)] != nil)
+                        notifying: subscribed[CharacteristicPath(
+                            peripheral: device.address, service: service.uuid, characteristic: characteristic.uuid, instance: instance)] != nil,
+                        instance: instance, handle: characteristic.handle)
                 })
         }
+    }
+
+    /// Which instance of its UUID a characteristic is (see `CharacteristicPath`).
+    func instance(of characteristic: GattCharacteristicView, service: GattServiceView, device: ObjectPath) -> Int {
+        tree.characteristics(of: device, service: service.uuid, characteristic: characteristic.uuid)
+            .firstIndex { $0.path == characteristic.path } ?? 0
     }
 
     private func waitForServices(_ address: String, timeout: Duration) async -> Bool {
@@ -58,14 +67,19 @@ extension BluetoothCentral {
         guard let service = BluetoothUUID.normalize(path.service), let uuid = BluetoothUUID.normalize(path.characteristic) else {
             throw ProtocolError(.invalidArgument, "'\(path.service)' / '\(path.characteristic)' are not Bluetooth UUIDs")
         }
-        let canonical = CharacteristicPath(peripheral: address, service: service, characteristic: uuid)
-        guard let device = tree.device(address: address), device.connected else {
+        guard (0..<65536).contains(path.instance) else {
+            throw ProtocolError(.invalidArgument, "instance \(path.instance) is out of range (0 is the first characteristic of a UUID)")
+        }
+        let canonical = CharacteristicPath(peripheral: address, service: service, characteristic: uuid, instance: path.instance)
+        guard let device = self.device(address), device.connected else {
             throw ProtocolError(.notConnected, "\(address) is not connected")
         }
-        guard let characteristic = tree.characteristic(of: device.path, service: service, characteristic: uuid) else {
+        guard let characteristic = tree.characteristic(of: device.path, service: service, characteristic: uuid, instance: path.instance) else {
+            let count = tree.characteristics(of: device.path, service: service, characteristic: uuid).count
             throw ProtocolError(
                 .notFound,
-                "\(address) has no characteristic \(BluetoothUUID.short(uuid)) in service \(BluetoothUUID.short(service))"
+                "\(address) has no characteristic \(BluetoothUUID.short(uuid))\(path.instance == 0 ? "" : " instance \(path.instance)") in service \(BluetoothUUID.short(service))"
+                    + (count > 0 ? " (it has \(count) of that UUID: instances 0-\(count - 1))" : "")
                     + (device.servicesResolved ? "" : " (services not resolved yet: discover first)"))
         }
         return (canonical, characteristic)
@@ -88,8 +102,24 @@ extension BluetoothCentral {
         return value
     }
 
-    public func write(_ client: BluetoothClient, _ path: CharacteristicPath, value: [UInt8], withResponse: Bool) async throws(ProtocolError) {
+    /// With `descriptor`, writes that descriptor of the characteristic
+    /// (always with response: ATT has no descriptor command).
+    public func write(
+        _ client: BluetoothClient, _ path: CharacteristicPath, value: [UInt8], withResponse: Bool, descriptor: String? = nil
+    ) async throws(ProtocolError) {
         let (_, characteristic) = try resolve(path)
+        if let descriptor {
+            guard let uuid = BluetoothUUID.normalize(descriptor),
+                  let found = tree.descriptors(of: characteristic.path).first(where: { $0.uuid == uuid }) else {
+                throw ProtocolError(.notFound, "no descriptor \(descriptor) on that characteristic")
+            }
+            if uuid == BluetoothUUID.normalize("2902") {
+                // BlueZ refuses CCCD writes (it owns subscriptions): say how instead.
+                throw ProtocolError(.notPermitted, "the CCCD (2902) is BlueZ's: subscribe with ble.notify instead")
+            }
+            _ = try await bluez(found.path, BlueZ.gattDescriptor, "WriteValue", [.bytes(value), .stringVariantDictionary([:])])
+            return
+        }
         let options: [String: DBusValue] = ["type": .string(withResponse ? "request" : "command")]
         _ = try await bluez(characteristic.path, BlueZ.gattCharacteristic, "WriteValue", [.bytes(value), .stringVariantDictionary(options)])
     }
@@ -117,20 +147,23 @@ extension BluetoothCentral {
         guard let service = BluetoothUUID.normalize(path.service), let uuid = BluetoothUUID.normalize(path.characteristic) else {
             throw ProtocolError(.invalidArgument, "'\(path.service)' / '\(path.characteristic)' are not Bluetooth UUIDs")
         }
-        let canonical = CharacteristicPath(peripheral: address, service: service, characteristic: uuid)
+        guard (0..<65536).contains(path.instance) else {
+            throw ProtocolError(.invalidArgument, "instance \(path.instance) is out of range (0 is the first characteristic of a UUID)")
+        }
+        let canonical = CharacteristicPath(peripheral: address, service: service, characteristic: uuid, instance: path.instance)
         if enabled {
             if clients[client]?.connects.contains(address) != true {
                 // Subscribing to a link that is up (another client's) makes it
                 // this client's too: the subscription must survive a reconnect.
-                guard tree.device(address: address)?.connected == true else {
+                guard self.device(address)?.connected == true else {
                     throw ProtocolError(.notConnected, "connect to \(address) before subscribing")
                 }
                 clients[client, default: CentralClientState()].connects.insert(address)
                 clients[client]?.announced.insert(address)
             }
-            if let device = tree.device(address: address), device.servicesResolved {
-                guard let characteristic = tree.characteristic(of: device.path, service: service, characteristic: uuid) else {
-                    throw ProtocolError(.notFound, "\(address) has no characteristic \(BluetoothUUID.short(uuid)) in service \(BluetoothUUID.short(service))")
+            if let device = self.device(address), device.servicesResolved {
+                guard let characteristic = tree.characteristic(of: device.path, service: service, characteristic: uuid, instance: path.instance) else {
+                    throw ProtocolError(.notFound, "\(address) has no characteristic \(canonical) (instance \(path.instance) of \(BluetoothUUID.short(uuid)) in service \(BluetoothUUID.short(service)))")
                 }
                 guard characteristic.flags.contains("notify") || characteristic.flags.contains("indicate") else {
                     throw ProtocolError(.notPermitted, "characteristic \(BluetoothUUID.short(uuid)) does not notify (flags: \(characteristic.flags.joined(separator: ",")))")
@@ -151,11 +184,12 @@ extension BluetoothCentral {
     /// characteristic only indicates (BlueZ acquires `notify` only);
     /// StartNotify if AcquireNotify fails. See docs/bluetooth.md, "Notifications".
     func reconcileNotifications(_ address: String) {
-        guard bus != nil, bluezOwner != nil, let device = tree.device(address: address), device.connected, device.servicesResolved else { return }
+        guard bus != nil, bluezOwner != nil, let device = self.device(address), device.connected, device.servicesResolved else { return }
         var wantedPaths: [ObjectPath: (key: CharacteristicPath, acquire: Bool)] = [:]
         for state in clients.values {
             for (path, preference) in state.subscriptions where path.peripheral == address {
-                guard let characteristic = tree.characteristic(of: device.path, service: path.service, characteristic: path.characteristic) else { continue }
+                guard let characteristic = tree.characteristic(
+                    of: device.path, service: path.service, characteristic: path.characteristic, instance: path.instance) else { continue }
                 let acquire = preference != .startNotify && characteristic.flags.contains("notify")
                 wantedPaths[characteristic.path] = (path, (wantedPaths[characteristic.path]?.acquire ?? true) && acquire)
             }
@@ -300,8 +334,9 @@ extension BluetoothCentral {
         }
         guard let characteristic = tree.characteristic(at: path), let servicePath = characteristic.service,
               let service = tree.properties(servicePath, BlueZ.gattService).map({ GattServiceView(path: servicePath, properties: $0) }),
-              let devicePath = service.device, let device = tree.device(at: devicePath) else { return }
-        deliver([value], of: CharacteristicPath(peripheral: device.address, service: service.uuid, characteristic: characteristic.uuid))
+              let devicePath = service.device, let device = tree.device(at: devicePath), isLinkDevice(device) else { return }
+        let instance = self.instance(of: characteristic, service: service, device: devicePath)
+        deliver([value], of: CharacteristicPath(peripheral: device.address, service: service.uuid, characteristic: characteristic.uuid, instance: instance))
     }
 
     /// Values of a characteristic, in order, to every client subscribed to it.

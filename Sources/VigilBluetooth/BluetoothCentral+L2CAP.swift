@@ -22,7 +22,7 @@ extension BluetoothCentral {
         guard clients[client]?.connects.contains(address) == true else {
             throw ProtocolError(.notConnected, "not connected to \(address): ask for the connection first (ble.connect)")
         }
-        guard let device = tree.device(address: address), device.connected else {
+        guard let device = self.device(address), device.connected else {
             throw ProtocolError(.notConnected, "\(address) is not connected yet (the connect request is pending)")
         }
         return L2CAPTarget(address: address, addressType: device.addressType, adapterAddress: adapter?.address)
@@ -38,6 +38,6 @@ extension BluetoothCentral {
 extension BluetoothCentral {
     /// Whether BlueZ reports the link to `address` up.
     public func linkIsUp(_ address: String) -> Bool {
-        tree.device(address: address)?.connected ?? false
+        self.device(address)?.connected ?? false
     }
 }

@@ -13,7 +13,7 @@ extension BluetoothCentral {
     /// (if vigild brought it up) when none does.
     func reconcileLink(_ address: String) {
         guard bus != nil, bluezOwner != nil, !loading else { return }
-        let device = tree.device(address: address)
+        let device = self.device(address)
         // The mirror decides, whatever told it (a signal, an InterfacesAdded
         // that already says Connected, a snapshot, a re-read), and a change
         // goes through connectedChanged: the one place that announces it.
@@ -104,12 +104,12 @@ extension BluetoothCentral {
     /// right by a re-read (which announces the link); a link that is not up
     /// after all is tried again, so a connect never stalls on a lost signal.
     private func confirmConnected(_ path: ObjectPath, address: String, attempt: Int, reply: String) async {
-        if tree.device(address: address)?.connected != true {
+        if self.device(address)?.connected != true {
             await reread(path, interface: BlueZ.device)
         }
         guard links[address]?.attempt == attempt else { return }
         endAttempt(address)
-        if let device = tree.device(address: address), device.connected {
+        if let device = self.device(address), device.connected {
             connectedChanged(device)  // announces it to whoever has not heard
             reconcileLink(address)  // taken down if nobody wants it any more
         } else {
@@ -135,7 +135,7 @@ extension BluetoothCentral {
     private func checkPendingConnect(_ path: ObjectPath, address: String, attempt: Int, waited: Duration) async {
         await reread(path, interface: BlueZ.device)
         guard links[address]?.attempt == attempt, links[address]?.connecting == true else { return }
-        let connected = tree.device(address: address)?.connected ?? false
+        let connected = self.device(address)?.connected ?? false
         log("bluetooth: \(address): Connect still unanswered after \(waited); BlueZ reports Connected=\(connected)")
         links[address]?.watchdog = connected ? nil : scheduleConnectCheck(path, address: address, attempt: attempt, waited: waited)
         if !connected && links[address]?.needsDiscovery == false {
@@ -186,7 +186,7 @@ extension BluetoothCentral {
             }
             for (client, state) in clients where state.connects.contains(address) && !state.announced.contains(address) {
                 clients[client]?.announced.insert(address)
-                emit(.connected(peripheral: address), to: client)
+                emit(.connected(peripheral: address, adapter: device.adapter.flatMap(tree.adapter(at:))?.name), to: client)
             }
             if device.servicesResolved { servicesResolved(device) }
         } else if links[address]?.connected == true {
@@ -198,6 +198,7 @@ extension BluetoothCentral {
     /// The link is down: tell who was told it was up; their connect requests
     /// stay pending, so the daemon brings it back.
     func linkWentDown(_ address: String, reason: String) {
+        let adapter = linkAdapterName(address)
         links[address]?.connected = false
         links[address]?.ours = false
         log("bluetooth: \(address): disconnected (\(reason))")
@@ -207,7 +208,7 @@ extension BluetoothCentral {
         }
         for (client, state) in clients where state.announced.contains(address) {
             clients[client]?.announced.remove(address)
-            emit(.disconnected(peripheral: address, reason: reason, willReconnect: state.connects.contains(address)), to: client)
+            emit(.disconnected(peripheral: address, reason: reason, willReconnect: state.connects.contains(address), adapter: adapter), to: client)
         }
     }
 
@@ -223,10 +224,27 @@ extension BluetoothCentral {
 
     // MARK: Requests
 
-    public func connect(_ client: BluetoothClient, address rawAddress: String) throws(ProtocolError) {
+    /// `adapter`: the request's (a name or address), nil for the default.
+    /// One adapter per peripheral: a client asking for it through another
+    /// adapter than the one it is wanted through is refused, never moved.
+    public func connect(_ client: BluetoothClient, address rawAddress: String, adapter selector: String? = nil) throws(ProtocolError) {
         let address = try Self.address(rawAddress)
+        let choice = try chooseAdapter(selector)
+        let mine = resolvedChoice(choice)
+        for (other, state) in clients where state.connects.contains(address) {
+            let theirs = resolvedChoice(state.connectAdapters[address])
+            guard theirs != mine else { continue }
+            let name = theirs.flatMap { adapterView($0)?.name ?? adapterNames[$0] } ?? theirs ?? "the default adapter"
+            throw ProtocolError(
+                .invalidState,
+                other == client
+                    ? "\(address) is already wanted through \(name); disconnect it first"
+                    : "\(address) is wanted through \(name) by another client; a peripheral is used through one adapter at a time")
+        }
         clients[client, default: CentralClientState()].connects.insert(address)
-        if links[address]?.connected == true, let device = tree.device(address: address), device.connected {
+        clients[client]?.connectAdapters[address] = choice
+        adapterChosen(choice)
+        if links[address]?.connected == true, let device = self.device(address), device.connected {
             connectedChanged(device)  // announces it to this client
         }
         reconcileLink(address)
@@ -234,11 +252,13 @@ extension BluetoothCentral {
 
     public func cancelConnection(_ client: BluetoothClient, address rawAddress: String) throws(ProtocolError) {
         let address = try Self.address(rawAddress)
+        let adapter = linkAdapterName(address)  // before this client lets go of it
         guard clients[client]?.connects.remove(address) != nil else { return }
+        clients[client]?.connectAdapters[address] = nil
         let subscribed = clients[client]?.subscriptions.keys.filter { $0.peripheral == address } ?? []
         for path in subscribed { clients[client]?.subscriptions[path] = nil }
         if clients[client]?.announced.remove(address) != nil {
-            emit(.disconnected(peripheral: address, reason: "cancelled by the app", willReconnect: false), to: client)
+            emit(.disconnected(peripheral: address, reason: "cancelled by the app", willReconnect: false, adapter: adapter), to: client)
         }
         reconcileNotifications(address)
         reconcileLink(address)

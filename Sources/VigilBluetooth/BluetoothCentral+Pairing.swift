@@ -249,7 +249,7 @@ extension BluetoothCentral {
     public func pair(_ client: BluetoothClient, address rawAddress: String) async throws(ProtocolError) -> PairingState {
         let address = try Self.address(rawAddress)
         guard let bus, bluezOwner != nil, !loading else { throw ProtocolError(.unavailable, "Bluetooth is not available") }
-        guard let device = tree.device(address: address) else {
+        guard let device = self.device(address) else {
             throw ProtocolError(.notFound, "BlueZ does not know \(address): scan for it (or ask to connect to it) first")
         }
         agent.pairedBy[address, default: []].insert(client)
@@ -287,7 +287,7 @@ extension BluetoothCentral {
 
     public func cancelPairing(_ client: BluetoothClient, address rawAddress: String) async throws(ProtocolError) {
         let address = try Self.address(rawAddress)
-        guard let bus, let device = tree.device(address: address) else { throw ProtocolError(.notFound, "BlueZ does not know \(address)") }
+        guard let bus, let device = self.device(address) else { throw ProtocolError(.notFound, "BlueZ does not know \(address)") }
         if case .app = client, agent.attempts[address]?.client != client {
             throw ProtocolError(.notPermitted, "this app is not pairing with \(address)")
         }
@@ -306,7 +306,7 @@ extension BluetoothCentral {
     public func forget(_ client: BluetoothClient, address rawAddress: String) async throws(ProtocolError) {
         let address = try Self.address(rawAddress)
         try requireManage(client, address)
-        guard let bus, let device = tree.device(address: address), let adapter = device.adapter else {
+        guard let bus, let device = self.device(address), let adapter = device.adapter else {
             throw ProtocolError(.notFound, "BlueZ does not know \(address)")
         }
         log("bluetooth: \(address): forgetting its bond, asked by \(client)")
@@ -323,7 +323,7 @@ extension BluetoothCentral {
     public func setTrusted(_ client: BluetoothClient, address rawAddress: String, trusted: Bool) async throws(ProtocolError) -> PairingState {
         let address = try Self.address(rawAddress)
         try requireManage(client, address)
-        guard let bus, let device = tree.device(address: address) else { throw ProtocolError(.notFound, "BlueZ does not know \(address)") }
+        guard let bus, let device = self.device(address) else { throw ProtocolError(.notFound, "BlueZ does not know \(address)") }
         do {
             _ = try await bus.call(
                 destination: BlueZ.service, path: device.path, interface: BlueZ.properties, member: "Set",
@@ -344,7 +344,7 @@ extension BluetoothCentral {
     }
 
     func pairingState(_ address: String) -> PairingState {
-        let device = tree.device(address: address)
+        let device = self.device(address)
         return PairingState(
             peripheral: address, paired: device?.paired ?? false, bonded: device?.bonded ?? false,
             trusted: device?.trusted ?? false)
@@ -374,6 +374,7 @@ extension BluetoothCentral {
         for (client, var state) in clients {
             var involved = false
             if state.connects.remove(old) != nil { state.connects.insert(new); involved = true }
+            if let adapter = state.connectAdapters.removeValue(forKey: old) { state.connectAdapters[new] = adapter }
             if state.announced.remove(old) != nil { state.announced.insert(new) }
             if state.seen.remove(old) != nil { state.seen.insert(new) }
             for (key, preference) in state.subscriptions where key.peripheral == old {

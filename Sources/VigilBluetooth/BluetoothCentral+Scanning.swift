@@ -13,7 +13,7 @@ struct DiscoveryState {
 }
 
 extension BluetoothCentral {
-    public func startScan(_ client: BluetoothClient, services: [String]?, allowDuplicates: Bool) throws(ProtocolError) {
+    public func startScan(_ client: BluetoothClient, services: [String]?, allowDuplicates: Bool, adapter selector: String? = nil) throws(ProtocolError) {
         var uuids: Set<String>?
         if let services {
             uuids = []
@@ -27,8 +27,10 @@ extension BluetoothCentral {
         if uuids?.isEmpty ?? true, delegate?.bluetoothClientIsForeground(client) == false {
             throw ProtocolError(.notPermitted, "a scan in the background must name the services it looks for")
         }
-        clients[client, default: CentralClientState()].scan = .init(services: uuids, allowDuplicates: allowDuplicates)
+        let choice = try chooseAdapter(selector)
+        clients[client, default: CentralClientState()].scan = .init(services: uuids, allowDuplicates: allowDuplicates, adapter: choice)
         clients[client]?.seen = []
+        adapterChosen(choice)
         reconcileDiscovery()
         // Devices BlueZ already knows count as discovered now (CoreBluetooth reports cached ones too).
         for device in tree.devices where device.properties["RSSI"] != nil { advertisementSeen(device, only: client) }
@@ -41,25 +43,28 @@ extension BluetoothCentral {
         reconcileDiscovery()
     }
 
-    /// What discovery must look for: nil when something needs every device
-    /// (a scan without services, or a pending connect to a device BlueZ does
-    /// not know, which must be seen advertising before Connect can work, or
-    /// whose Connect has gone unanswered with the link down).
-    var wantedDiscovery: (needed: Bool, uuids: [String]?) {
+    /// What discovery on `adapter` must look for: nil when something needs
+    /// every device (a scan without services, or a pending connect to a
+    /// device BlueZ does not know there, which must be seen advertising
+    /// before Connect can work, or whose Connect has gone unanswered with
+    /// the link down).
+    func wantedDiscovery(on adapter: AdapterView) -> (needed: Bool, uuids: [String]?) {
         var needed = false
         var uuids: Set<String> = []
         var everything = false
         for state in clients.values {
-            // A monitor's patterns are on data BlueZ cannot filter discovery by.
-            if !state.monitors.isEmpty {
+            // A monitor's patterns are on data BlueZ cannot filter discovery by;
+            // monitors watch through the default adapter.
+            if !state.monitors.isEmpty, adapterView(nil)?.path == adapter.path {
                 needed = true
                 everything = true
             }
-            if let scan = state.scan {
+            if let scan = state.scan, adapterView(scan.adapter)?.path == adapter.path {
                 needed = true
                 if let services = scan.services { uuids.formUnion(services) } else { everything = true }
             }
-            for address in state.connects where tree.device(address: address) == nil || links[address]?.needsDiscovery == true {
+            for address in state.connects where adapterView(state.connectAdapters[address])?.path == adapter.path
+                && (self.device(address) == nil || links[address]?.needsDiscovery == true) {
                 needed = true
                 everything = true
             }
@@ -67,23 +72,27 @@ extension BluetoothCentral {
         return (needed, everything ? nil : uuids.sorted())
     }
 
+    /// Discovery on every powered adapter as its clients need it.
     func reconcileDiscovery() {
-        guard let bus, bluezOwner != nil, !loading, !discovery.changing, let adapter, adapter.powered else { return }
-        let wanted = wantedDiscovery
-        if wanted.needed == discovery.running && (!wanted.needed || wanted.uuids == discovery.filterUUIDs) { return }
-        discovery.changing = true
-        loop.task {
-            await self.applyDiscovery(wanted, adapter: adapter.path, bus: bus)
+        guard let bus, bluezOwner != nil, !loading else { return }
+        for adapter in tree.adapters where adapter.powered {
+            let current = discoveries[adapter.path] ?? DiscoveryState()
+            guard !current.changing else { continue }
+            let wanted = wantedDiscovery(on: adapter)
+            if wanted.needed == current.running && (!wanted.needed || wanted.uuids == current.filterUUIDs) { continue }
+            discoveries[adapter.path, default: DiscoveryState()].changing = true
+            loop.task {
+                await self.applyDiscovery(wanted, adapter: adapter, bus: bus)
+            }
         }
     }
 
-    private func applyDiscovery(_ wanted: (needed: Bool, uuids: [String]?), adapter: ObjectPath, bus: DBusConnection) async {
+    private func applyDiscovery(_ wanted: (needed: Bool, uuids: [String]?), adapter view: AdapterView, bus: DBusConnection) async {
+        let adapter = view.path
         defer {
-            discovery.changing = false
+            discoveries[adapter]?.changing = false
             // Clients may have changed their minds meanwhile.
-            if wantedDiscovery.needed != discovery.running || (discovery.running && wantedDiscovery.uuids != discovery.filterUUIDs) {
-                reconcileDiscovery()
-            }
+            reconcileDiscovery()
         }
         do {
             if wanted.needed {
@@ -92,8 +101,8 @@ extension BluetoothCentral {
                 _ = try await bus.call(
                     destination: BlueZ.service, path: adapter, interface: BlueZ.adapter, member: "SetDiscoveryFilter",
                     arguments: [.stringVariantDictionary(filter)], timeout: .seconds(10))
-                discovery.filterUUIDs = wanted.uuids
-                if !discovery.running {
+                discoveries[adapter]?.filterUUIDs = wanted.uuids
+                if discoveries[adapter]?.running != true {
                     do {
                         _ = try await bus.call(
                             destination: BlueZ.service, path: adapter, interface: BlueZ.adapter, member: "StartDiscovery",
@@ -101,18 +110,18 @@ extension BluetoothCentral {
                     } catch let error as DBusError where error.name == BlueZ.Error.inProgress {
                         // Already discovering for us (e.g. a second start raced): fine.
                     }
-                    discovery.running = true
-                    log("bluetooth: discovery on (\(wanted.uuids.map { $0.map(BluetoothUUID.short).joined(separator: ",") } ?? "all devices"))")
+                    discoveries[adapter]?.running = true
+                    log("bluetooth: discovery on \(view.name) (\(wanted.uuids.map { $0.map(BluetoothUUID.short).joined(separator: ",") } ?? "all devices"))")
                 }
-            } else if discovery.running {
-                discovery.running = false
+            } else if discoveries[adapter]?.running == true {
+                discoveries[adapter]?.running = false
                 _ = try await bus.call(
                     destination: BlueZ.service, path: adapter, interface: BlueZ.adapter, member: "StopDiscovery",
                     timeout: .seconds(10))
-                log("bluetooth: discovery off")
+                log("bluetooth: discovery off on \(view.name)")
             }
         } catch {
-            log("bluetooth: changing discovery failed: \(error)")
+            log("bluetooth: changing discovery on \(view.name) failed: \(error)")
         }
     }
 
@@ -123,7 +132,7 @@ extension BluetoothCentral {
         let info = peripheralInfo(device)
         for (client, state) in clients {
             if let only, client != only { continue }
-            guard let scan = state.scan else { continue }
+            guard let scan = state.scan, adapterView(scan.adapter)?.path == device.adapter else { continue }
             if let services = scan.services, services.isDisjoint(with: device.serviceUUIDs) { continue }
             if state.seen.contains(device.address) {
                 guard scan.allowDuplicates, delegate?.bluetoothClientIsForeground(client) ?? false else { continue }
@@ -134,22 +143,26 @@ extension BluetoothCentral {
     }
 
     func peripheralInfo(_ device: DeviceView) -> PeripheralInfo {
-        let link = links[device.address]
-        let state = device.connected ? "connected" : (link?.connecting == true || wanted(device.address) ? "connecting" : "disconnected")
+        // Only the object of the link's adapter is the one being connected.
+        let link = isLinkDevice(device) ? links[device.address] : nil
+        let pending = link?.connecting == true || (isLinkDevice(device) && wanted(device.address))
+        let state = device.connected ? "connected" : (pending ? "connecting" : "disconnected")
         let mtu = tree.services(of: device.path).lazy.flatMap { self.tree.characteristics(of: $0.path) }.compactMap(\.mtu).first
         return PeripheralInfo(
             address: device.address, addressType: device.addressType, name: device.name, rssi: device.rssi,
             txPower: device.txPower, state: state, serviceUUIDs: device.serviceUUIDs,
             manufacturerData: device.manufacturerData, serviceData: device.serviceData, mtu: mtu,
-            paired: device.paired, bonded: device.bonded, trusted: device.trusted)
+            paired: device.paired, bonded: device.bonded, trusted: device.trusted, adapter: adapterName(of: device))
     }
 
+    /// Every device BlueZ knows, on every adapter (one record per adapter
+    /// that knows it, each naming its adapter).
     public func knownPeripherals() -> [PeripheralInfo] {
         var result = tree.devices.map(peripheralInfo)
         // Pending connects to devices BlueZ does not know (yet) are peripherals too.
         let known = Set(result.map(\.address))
         for address in Set(clients.values.flatMap(\.connects)).subtracting(known).sorted() {
-            result.append(PeripheralInfo(address: address, state: "connecting"))
+            result.append(PeripheralInfo(address: address, state: "connecting", adapter: linkAdapterName(address)))
         }
         return result
     }

@@ -56,7 +56,8 @@ public actor BluetoothCentral {
     /// A change `saved()` does not show (an advertisement seen) moves it too.
     public private(set) var savedVersion: UInt64 = 0
     var links: [String: Link] = [:]
-    var discovery = DiscoveryState()
+    /// Per adapter (its object path): each adapter discovers on its own.
+    var discoveries: [ObjectPath: DiscoveryState] = [:]
     var notify: [ObjectPath: NotifyState] = [:]
     /// Characteristics whose AcquireNotify socket vigild closed and BlueZ may
     /// not have released yet: checked before the daemon leaves the bus.
@@ -67,9 +68,20 @@ public actor BluetoothCentral {
     // The pairing agent, prompts and pairings (BluetoothCentral+Pairing).
     var agent = AgentState()
 
-    public init(loop: EventLoop, busAddress: String? = nil, log: @escaping @Sendable (String) -> Void) {
+    // Adapters (BluetoothCentral+Adapters).
+    /// `bluetooth-adapter` of the daemon config (a name or address); nil: see `pinnedAdapter`.
+    let configuredAdapter: String?
+    /// Without a configured adapter, the default's address, fixed at first sight.
+    var pinnedAdapter: String?
+    /// The state last reported of each adapter clients chose (by address).
+    var reportedAdapterStates: [String: BluetoothState] = [:]
+    /// The last name seen of each chosen adapter, to name it once it is gone.
+    var adapterNames: [String: String] = [:]
+
+    public init(loop: EventLoop, busAddress: String? = nil, adapter: String? = nil, log: @escaping @Sendable (String) -> Void) {
         self.loop = loop
         self.busAddress = busAddress
+        self.configuredAdapter = adapter
         self.log = log
     }
 

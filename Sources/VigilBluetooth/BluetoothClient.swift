@@ -90,6 +90,8 @@ struct CentralClientState {
     var seen: Set<String> = []
     /// Peripherals this client wants connected (pending or connected).
     var connects: Set<String> = []
+    /// The adapter (address) a connect named; absent: the default adapter.
+    var connectAdapters: [String: String] = [:]
     /// Addresses this client was told are connected (so it hears of the disconnect).
     var announced: Set<String> = []
     /// Characteristics this client subscribed to, and how it wants them notified.
@@ -101,5 +103,7 @@ struct CentralClientState {
         /// Canonical UUIDs; nil: every peripheral.
         var services: Set<String>?
         var allowDuplicates: Bool
+        /// The adapter (address) it named; nil: the default adapter.
+        var adapter: String? = nil
     }
 }

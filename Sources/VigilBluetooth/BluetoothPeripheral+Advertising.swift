@@ -4,7 +4,9 @@ import VigilProtocol
 /// Advertising through LEAdvertisingManager1: an LEAdvertisement1 object per
 /// client, registered with BlueZ; BlueZ's limits come back as errors naming them.
 extension BluetoothPeripheral {
-    public func startAdvertising(_ client: BluetoothClient, _ data: AdvertisementData) async throws(ProtocolError) {
+    /// `adapter`: the request's (a name or address), nil for the default.
+    public func startAdvertising(_ client: BluetoothClient, _ data: AdvertisementData, adapter selector: String? = nil) async throws(ProtocolError) {
+        let choice = try chooseAdapter(selector)
         if let old = clients[client]?.advertisement {
             await withdraw(old)
             clients[client]?.advertisement = nil
@@ -12,6 +14,7 @@ extension BluetoothPeripheral {
         let advertisement = PublishedAdvertisement(
             data: data, path: try objectPath("/org/vigil/advertising/\(token(client))_\(nextAdvertisementNumber)"))
         nextAdvertisementNumber += 1
+        advertisement.adapter = choice
         _ = try properties(of: data)  // refuse bad data before BlueZ sees it
         // The client's before BlueZ answers: a client that ends or registers
         // again meanwhile withdraws it, and `register` undoes the late registration.
@@ -45,7 +48,9 @@ extension BluetoothPeripheral {
     }
 
     private func registerWithBlueZ(_ advertisement: PublishedAdvertisement) async throws(ProtocolError) {
-        guard let (bus, adapter) = await blueZ() else { throw ProtocolError(.unavailable, "bluetoothd is not running or has no adapter") }
+        guard let (bus, adapter) = await blueZ(adapter: advertisement.adapter) else {
+            throw ProtocolError(.unavailable, "bluetoothd is not running or the adapter is not there")
+        }
         let properties = try properties(of: advertisement.data)
         do {
             let tree = try await DBusObjectTree.export(at: advertisement.path, on: bus)
@@ -59,6 +64,7 @@ extension BluetoothPeripheral {
                 destination: BlueZ.service, path: adapter, interface: BlueZ.advertisingManager, member: "RegisterAdvertisement",
                 arguments: [.objectPath(advertisement.path), .stringVariantDictionary([:])], timeout: .seconds(30))
             advertisement.registered = true
+            advertisement.registeredOn = adapter
         } catch let error as DBusError {
             await advertisement.tree?.unexport()
             advertisement.tree = nil
@@ -70,9 +76,10 @@ extension BluetoothPeripheral {
 
     func withdraw(_ advertisement: PublishedAdvertisement) async {
         advertisement.withdrawn = true
-        if advertisement.registered, let (bus, adapter) = await blueZ() {
+        if advertisement.registered, let (bus, fallback) = await blueZ(adapter: advertisement.adapter) {
             _ = try? await bus.call(
-                destination: BlueZ.service, path: adapter, interface: BlueZ.advertisingManager, member: "UnregisterAdvertisement",
+                destination: BlueZ.service, path: advertisement.registeredOn ?? fallback, interface: BlueZ.advertisingManager,
+                member: "UnregisterAdvertisement",
                 arguments: [.objectPath(advertisement.path)], timeout: .seconds(10))
         }
         advertisement.registered = false

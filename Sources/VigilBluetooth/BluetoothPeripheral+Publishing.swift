@@ -6,8 +6,10 @@ import VigilProtocol
 /// While BlueZ calls back for the objects, the loop keeps running: the
 /// registration is awaited, never blocked on.
 extension BluetoothPeripheral {
-    public func addService(_ client: BluetoothClient, _ definition: GATTServiceDefinition) async throws(ProtocolError) {
+    /// `adapter`: the request's (a name or address), nil for the default.
+    public func addService(_ client: BluetoothClient, _ definition: GATTServiceDefinition, adapter selector: String? = nil) async throws(ProtocolError) {
         let service = try GATTDefinitionCheck.canonical(definition)
+        let choice = try chooseAdapter(selector)
         // The same service again replaces it (a client republishing after a
         // reconnect, or changing its definition).
         if let old = clients[client]?.services.first(where: { $0.definition.uuid == service.uuid }) {
@@ -18,6 +20,7 @@ extension BluetoothPeripheral {
         let root = try objectPath("/org/vigil/gatt/\(token(client))/app\(nextServiceNumber)")
         nextServiceNumber += 1
         let published = PublishedService(definition: service, root: root)
+        published.adapter = choice
         state.services.append(published)
         clients[client] = state
         do throws(ProtocolError) {
@@ -55,8 +58,8 @@ extension BluetoothPeripheral {
     }
 
     private func registerWithBlueZ(_ service: PublishedService, for client: BluetoothClient) async throws(ProtocolError) {
-        guard let (bus, adapter) = await blueZ() else {
-            throw ProtocolError(.unavailable, "bluetoothd is not running or has no adapter")
+        guard let (bus, adapter) = await blueZ(adapter: service.adapter) else {
+            throw ProtocolError(.unavailable, "bluetoothd is not running or the adapter is not there")
         }
         do {
             let tree = try await DBusObjectTree.export(at: service.root, on: bus)
@@ -88,6 +91,7 @@ extension BluetoothPeripheral {
                 destination: BlueZ.service, path: adapter, interface: BlueZ.gattManager, member: "RegisterApplication",
                 arguments: [.objectPath(service.root), .stringVariantDictionary([:])], timeout: .seconds(30))
             service.registered = true
+            service.registeredOn = adapter
         } catch let error as DBusError {
             throw ProtocolError(.deviceError, "RegisterApplication: \(error.name)\(error.message.isEmpty ? "" : ": " + error.message)")
         } catch {
@@ -97,9 +101,9 @@ extension BluetoothPeripheral {
 
     func unpublish(_ service: PublishedService) async {
         service.withdrawn = true
-        if service.registered, let (bus, adapter) = await blueZ() {
+        if service.registered, let (bus, fallback) = await blueZ(adapter: service.adapter) {
             _ = try? await bus.call(
-                destination: BlueZ.service, path: adapter, interface: BlueZ.gattManager, member: "UnregisterApplication",
+                destination: BlueZ.service, path: service.registeredOn ?? fallback, interface: BlueZ.gattManager, member: "UnregisterApplication",
                 arguments: [.objectPath(service.root)], timeout: .seconds(10))
         }
         service.registered = false

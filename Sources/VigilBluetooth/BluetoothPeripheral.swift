@@ -54,15 +54,25 @@ public actor BluetoothPeripheral {
         delegate?.bluetooth(emit: event.kind, attributes: event.attributes, body: body, mode: .bluetoothPeripheral, to: client)
     }
 
-    /// The central's bus and adapter, if BlueZ is there to talk to.
-    func blueZ() async -> (bus: DBusConnection, adapter: ObjectPath)? {
-        await central.roleAccess()
+    /// The central's bus and the adapter `choice` names (an address; nil:
+    /// the default), if BlueZ is there to talk to.
+    func blueZ(adapter choice: String? = nil) async -> (bus: DBusConnection, adapter: ObjectPath)? {
+        await central.roleAccess(adapter: choice)
     }
 
     /// The same, synchronously: the central shares this loop. For the paths
     /// that must not suspend (value updates keep their order).
     func blueZNow() -> (bus: DBusConnection, adapter: ObjectPath)? {
         central.assumeIsolated { $0.roleAccess() }
+    }
+
+    /// A request's `adapter` (a name or address) as the address to keep; nil: the default.
+    func chooseAdapter(_ selector: String?) throws(ProtocolError) -> String? {
+        guard selector != nil else { return nil }
+        let outcome: Result<String?, ProtocolError> = central.assumeIsolated { central in
+            do throws(ProtocolError) { return .success(try central.choosePublishingAdapter(selector)) } catch { return .failure(error) }
+        }
+        return try outcome.get()
     }
 }
 
@@ -82,6 +92,10 @@ final class PublishedService: @unchecked Sendable {
     var registered = false
     /// Withdrawn (`unpublish`): a registration still in flight is undone when it returns.
     var withdrawn = false
+    /// The adapter (address) the client chose; nil: the default.
+    var adapter: String?
+    /// The adapter object BlueZ registered it on (to unregister it there).
+    var registeredOn: ObjectPath?
     /// Characteristic object -> what it is.
     var characteristics: [ObjectPath: PublishedCharacteristic] = [:]
 
@@ -106,6 +120,10 @@ final class PublishedAdvertisement: @unchecked Sendable {
     var registered = false
     /// Withdrawn (`withdraw`): a registration still in flight is undone when it returns.
     var withdrawn = false
+    /// The adapter (address) the client chose; nil: the default.
+    var adapter: String?
+    /// The adapter object BlueZ registered it on.
+    var registeredOn: ObjectPath?
 
     init(data: AdvertisementData, path: ObjectPath) {
         self.data = data

@@ -74,6 +74,10 @@ public struct SavedCentral: Codable, Sendable, Equatable {
     public var allowDuplicates: Bool
     /// Advertisement monitors (absent from state files older than monitors).
     public var monitors: [StartMonitor]?
+    /// The adapter (address) the scan named; absent: the default.
+    public var scanAdapter: String?
+    /// Peripheral address -> adapter address, for connects that named one.
+    public var connectAdapters: [String: String]?
 }
 
 public struct SavedSubscription: Codable, Sendable, Equatable {
@@ -88,6 +92,10 @@ public struct SavedPeripheral: Codable, Sendable, Equatable {
     public var restoreIdentifier: String?
     public var services: [GATTServiceDefinition]
     public var advertisement: AdvertisementData?
+    /// Service UUID -> adapter (address), for services published on a chosen adapter.
+    public var serviceAdapters: [String: String]?
+    /// The adapter (address) the advertisement chose; absent: the default.
+    public var advertisementAdapter: String?
 }
 
 extension BluetoothCentral {
@@ -101,7 +109,9 @@ extension BluetoothCentral {
                     .sorted { $0.path < $1.path },
                 scanServices: state.scan.map { ($0.services ?? []).sorted() }, scanAll: state.scan?.services == nil,
                 allowDuplicates: state.scan?.allowDuplicates ?? false,
-                monitors: state.monitors.isEmpty ? nil : state.monitors.values.map(\.request).sorted { $0.monitor < $1.monitor })
+                monitors: state.monitors.isEmpty ? nil : state.monitors.values.map(\.request).sorted { $0.monitor < $1.monitor },
+                scanAdapter: state.scan?.adapter,
+                connectAdapters: state.connectAdapters.isEmpty ? nil : state.connectAdapters)
         }
         return result
     }
@@ -112,9 +122,10 @@ extension BluetoothCentral {
         for (id, app) in saved {
             var state = CentralClientState(restoreIdentifier: app.restoreIdentifier)
             state.connects = Set(app.connects)
+            state.connectAdapters = (app.connectAdapters ?? [:]).filter { state.connects.contains($0.key) }
             for subscription in app.subscriptions { state.subscriptions[subscription.path] = NotifyPreference(acquire: subscription.acquire) }
             if let services = app.scanServices {
-                state.scan = .init(services: app.scanAll ? nil : Set(services), allowDuplicates: app.allowDuplicates)
+                state.scan = .init(services: app.scanAll ? nil : Set(services), allowDuplicates: app.allowDuplicates, adapter: app.scanAdapter)
             }
             for request in app.monitors ?? [] {
                 if let monitor = try? AdvertisementMonitor(request) { state.monitors[request.monitor] = monitor }
@@ -130,9 +141,12 @@ extension BluetoothPeripheral {
         var result: [String: SavedPeripheral] = [:]
         for (client, state) in clients {
             guard case let .app(id) = client, !state.isEmpty else { continue }
+            var adapters: [String: String] = [:]
+            for service in state.services { adapters[service.definition.uuid] = service.adapter }
             result[id] = SavedPeripheral(
                 restoreIdentifier: state.restoreIdentifier, services: state.services.map(\.definition),
-                advertisement: state.advertisement?.data)
+                advertisement: state.advertisement?.data, serviceAdapters: adapters.isEmpty ? nil : adapters,
+                advertisementAdapter: state.advertisement?.adapter)
         }
         return result
     }
@@ -146,10 +160,13 @@ extension BluetoothPeripheral {
             for definition in app.services {
                 guard let root = try? objectPath("/org/vigil/gatt/\(token(client))/app\(nextServiceNumber)") else { continue }
                 nextServiceNumber += 1
-                state.services.append(PublishedService(definition: definition, root: root))
+                let service = PublishedService(definition: definition, root: root)
+                service.adapter = app.serviceAdapters?[definition.uuid]
+                state.services.append(service)
             }
             if let data = app.advertisement, let path = try? objectPath("/org/vigil/advertising/\(token(client))") {
                 state.advertisement = PublishedAdvertisement(data: data, path: path)
+                state.advertisement?.adapter = app.advertisementAdapter
             }
             clients[client] = state
         }

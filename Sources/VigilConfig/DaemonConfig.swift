@@ -49,6 +49,7 @@ public enum StopPolicy: String, Sendable, CaseIterable {
 /// bluetooth = true                              # Bluetooth LE through BlueZ (system bus)
 /// bluetooth-request-timeout = 20.0              # s an app has to answer a central's read or write
 /// advertisement-buffer-limit = 1048576          # bytes of advertisements queued per app before loss is reported
+/// bluetooth-adapter = "hci0"                    # the default adapter, by name or address (default: first by name, kept)
 /// durability = "process"                        # process | power: what queued events and read bytes survive
 /// control-group = "vigil"                       # system daemon: members may use the control role ("" = root only)
 /// monitor-group = "vigil-monitor"               # system daemon: members may use its read-only requests
@@ -92,6 +93,10 @@ public struct DaemonConfig: Sendable, Equatable {
     /// queue may hold unacknowledged; past it advertisements are dropped,
     /// counted and reported to the app (`lost`).
     public var advertisementBufferLimit = 1 << 20
+    /// The default adapter, by name (`hci1`) or address; nil: the first by
+    /// name when vigild first sees one, kept while it runs. Never replaced
+    /// by another adapter when it is absent or powered off.
+    public var bluetoothAdapter: String?
     /// What the event journal survives before the daemon relies on it:
     /// `process` a crash of vigild (page cache), `power` a power loss (fdatasync).
     public var durability: Durability = .process
@@ -143,7 +148,8 @@ public struct DaemonConfig: Sendable, Equatable {
     static let knownFields: Set<String> = [
         "socket", "manifest-dirs", "state-dir", "log-dir", "cgroup-root", "suspension", "on-stop", "event-queue-limit",
         "decision-log-size", "timings", "accessory", "session-buffer-limit", "bluetooth",
-        "bluetooth-request-timeout", "advertisement-buffer-limit", "durability", "control-group", "monitor-group", "app-output", "app-log-size",
+        "bluetooth-request-timeout", "advertisement-buffer-limit", "bluetooth-adapter", "durability", "control-group", "monitor-group",
+        "app-output", "app-log-size",
         "metrics-socket", "metrics-port", "mqtt",
     ]
     static let knownTimings: Set<String> = [
@@ -215,6 +221,12 @@ public struct DaemonConfig: Sendable, Equatable {
             try fields.seconds("bluetooth-request-timeout", in: Ranges.bluetoothRequestTimeout) ?? defaults.bluetoothRequestTimeout
         config.advertisementBufferLimit =
             try fields.integer("advertisement-buffer-limit", in: Ranges.advertisementBufferLimit) ?? defaults.advertisementBufferLimit
+        if let adapter = try fields.string("bluetooth-adapter") {
+            guard Self.isAdapterName(adapter) else {
+                throw fields.problem("bluetooth-adapter", "is \"\(adapter)\", must name an adapter: hciN or its address AA:BB:CC:DD:EE:FF")
+            }
+            config.bluetoothAdapter = adapter
+        }
         if let name = try fields.string("durability") {
             guard let durability = Durability(rawValue: name) else {
                 throw fields.problem("durability", "must be one of process, power")
@@ -270,5 +282,14 @@ public struct DaemonConfig: Sendable, Equatable {
             return defaults
         }
         return try parse(try ConfigFile.bytes(file), file: file, defaults: defaults)
+    }
+}
+
+extension DaemonConfig {
+    /// `hciN`, or a Bluetooth address (six pairs of hex digits).
+    static func isAdapterName(_ text: String) -> Bool {
+        if text.hasPrefix("hci"), text.count > 3, text.dropFirst(3).allSatisfy({ $0.isASCII && $0.isNumber }) { return true }
+        let parts = text.split(separator: ":", omittingEmptySubsequences: false)
+        return parts.count == 6 && parts.allSatisfy { $0.count == 2 && $0.allSatisfy(\.isHexDigit) }
     }
 }

@@ -202,8 +202,12 @@ final class ApplicationSession: Sendable {
         if let peripheral {
             try? connection.send(RegisterPeripheral(restoreIdentifier: peripheral.restoreIdentifier))
             let published = peripheral.published
-            for service in published.services { try? connection.send(AddService(service: service)) }
-            if let advertisement = published.advertisement { try? connection.send(StartAdvertising(advertisement: advertisement)) }
+            for service in published.services {
+                try? connection.send(AddService(service: service, adapter: published.serviceAdapters[service.uuid]))
+            }
+            if let advertisement = published.advertisement {
+                try? connection.send(StartAdvertising(advertisement: advertisement, adapter: published.advertisementAdapter))
+            }
         }
         guard central != nil || peripheral != nil else { return }
         let router = self.router

@@ -96,8 +96,11 @@ public final class CentralManager: Sendable {
     /// keeps it while the app is suspended. Results come as `.discovered`.
     /// - Parameter allowDuplicates: every advertisement (RSSI updates), not just
     ///   the first of each peripheral; ignored in the background.
-    public func scanForPeripherals(withServices services: [String]?, allowDuplicates: Bool = false) async throws {
-        _ = try await request(StartScan(services: services, allowDuplicates: allowDuplicates ? true : nil), expecting: Done.self)
+    /// `adapter`: the adapter to scan with, by name (`"hci1"`) or address;
+    /// nil: the daemon's default. A missing one throws `notFound`.
+    public func scanForPeripherals(withServices services: [String]?, allowDuplicates: Bool = false, adapter: String? = nil) async throws {
+        _ = try await request(
+            StartScan(services: services, allowDuplicates: allowDuplicates ? true : nil, adapter: adapter), expecting: Done.self)
     }
 
     public func stopScan() async throws {
@@ -108,8 +111,10 @@ public final class CentralManager: Sendable {
     /// times out: `.connected` comes when the peripheral is in range, possibly
     /// much later, possibly after a relaunch of the app. After a disconnect the
     /// request stays (`willReconnect`) until `cancelPeripheralConnection`.
-    public func connect(_ address: String) async throws {
-        _ = try await request(ConnectPeripheral(peripheral: address), expecting: Done.self)
+    /// `adapter`: the adapter to connect through, by name or address; nil: the
+    /// daemon's default. A peripheral is used through one adapter at a time.
+    public func connect(_ address: String, adapter: String? = nil) async throws {
+        _ = try await request(ConnectPeripheral(peripheral: address, adapter: adapter), expecting: Done.self)
     }
 
     /// Cancels a pending connect, or ends the app's use of the link (which stays
@@ -204,6 +209,8 @@ public enum CentralEvent: Sendable, Equatable {
     /// An advertisement matched the app's scan.
     case discovered(PeripheralInfo)
     /// A peripheral the app asked to connect to is connected (its address).
+    /// The adapter is in the event's `ble.connected` attributes (`AppEvent.bluetoothContent`)
+    /// and in `knownPeripherals()`.
     case connected(String)
     /// A peripheral of the app disconnected. `willReconnect`: the connect request
     /// stays pending, and the daemon connects again when the peripheral is back.
@@ -232,13 +239,18 @@ public enum CentralEvent: Sendable, Equatable {
     /// The daemon dropped this many advertisements of the monitor because the
     /// app fell behind (its queue was full); comes before the next ones delivered.
     case advertisementsLost(monitor: String, count: Int)
+    /// An adapter this app chose by name or address (not the default, which
+    /// `stateChanged` follows) was powered off or on, vanished (`unsupported`)
+    /// or came back. What the app asked of it waits for it; nothing moves to another adapter.
+    case adapterStateChanged(adapter: String, BluetoothState)
 
     init(_ content: BluetoothEventContent, payload: [UInt8]) {
         switch content {
         case let .state(state): self = .stateChanged(state)
         case let .discovered(peripheral): self = .discovered(peripheral)
-        case let .connected(peripheral): self = .connected(peripheral)
-        case let .disconnected(peripheral, reason, willReconnect):
+        case let .connected(peripheral, _): self = .connected(peripheral)
+        case let .adapterState(adapter, state): self = .adapterStateChanged(adapter: adapter, state)
+        case let .disconnected(peripheral, reason, willReconnect, _):
             self = .disconnected(peripheral, reason: reason, willReconnect: willReconnect)
         case let .notification(path): self = .valueUpdated(path, payload)
         case let .pairingRequest(prompt): self = .pairingRequest(prompt)

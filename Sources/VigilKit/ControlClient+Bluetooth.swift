@@ -32,8 +32,9 @@ extension ControlClient {
     }
 
     /// Scans for peripherals advertising any of `services` (nil: all); results come as `.discovered`.
-    public func startScan(services: [String]?, allowDuplicates: Bool = false) async throws {
-        _ = try await connection.request(StartScan(services: services, allowDuplicates: allowDuplicates ? true : nil), expecting: Done.self)
+    public func startScan(services: [String]?, allowDuplicates: Bool = false, adapter: String? = nil) async throws {
+        _ = try await connection.request(
+            StartScan(services: services, allowDuplicates: allowDuplicates ? true : nil, adapter: adapter), expecting: Done.self)
     }
 
     public func stopScan() async throws {
@@ -56,8 +57,8 @@ extension ControlClient {
     }
 
     /// Asks for a connection; never times out (`.connected` comes when it is up).
-    public func connectPeripheral(_ address: String) async throws {
-        _ = try await connection.request(ConnectPeripheral(peripheral: address), expecting: Done.self)
+    public func connectPeripheral(_ address: String, adapter: String? = nil) async throws {
+        _ = try await connection.request(ConnectPeripheral(peripheral: address, adapter: adapter), expecting: Done.self)
     }
 
     /// Cancels a pending connect, or drops this client's use of the link.
@@ -74,8 +75,10 @@ extension ControlClient {
         try await connection.requestWithBody(ReadCharacteristic(path, descriptor: descriptor), expecting: CharacteristicValue.self).body
     }
 
-    public func writeValue(_ value: [UInt8], to path: CharacteristicPath, withResponse: Bool = true) async throws {
-        _ = try await connection.request(WriteCharacteristic(path, withResponse: withResponse), body: value, expecting: Done.self)
+    /// Writes a characteristic, or with `descriptor` one of its descriptors (with response).
+    public func writeValue(_ value: [UInt8], to path: CharacteristicPath, descriptor: String? = nil, withResponse: Bool = true) async throws {
+        _ = try await connection.request(
+            WriteCharacteristic(path, descriptor: descriptor, withResponse: withResponse), body: value, expecting: Done.self)
     }
 
     /// Subscribes to (or unsubscribes from) notifications; values come as

@@ -19,8 +19,9 @@ extension ControlClient {
     }
 
     /// Publishes a service (fixed values are answered by the daemon).
-    public func addService(_ service: GATTServiceDefinition) async throws {
-        _ = try await connection.request(AddService(service: service), expecting: Done.self)
+    /// `adapter`: publish on this adapter (`"hci1"` or its address); nil: the daemon's default.
+    public func addService(_ service: GATTServiceDefinition, adapter: String? = nil) async throws {
+        _ = try await connection.request(AddService(service: service, adapter: adapter), expecting: Done.self)
     }
 
     /// Withdraws one of this connection's services (by UUID), or all of them (nil).
@@ -29,8 +30,8 @@ extension ControlClient {
     }
 
     /// Advertises, replacing this connection's earlier advertisement.
-    public func startAdvertising(_ advertisement: AdvertisementData) async throws {
-        _ = try await connection.request(StartAdvertising(advertisement: advertisement), expecting: Done.self)
+    public func startAdvertising(_ advertisement: AdvertisementData, adapter: String? = nil) async throws {
+        _ = try await connection.request(StartAdvertising(advertisement: advertisement, adapter: adapter), expecting: Done.self)
     }
 
     public func stopAdvertising() async throws {

@@ -29,15 +29,34 @@ public struct Peripheral: Sendable {
     }
 
     /// Reads a descriptor of a characteristic (nil: the characteristic itself).
-    public func readValue(service: String, characteristic: String, descriptor: String?) async throws -> [UInt8] {
-        let request = ReadCharacteristic(path(service, characteristic), descriptor: descriptor)
+    /// `instance`: which characteristic of that UUID in the service, 0 for
+    /// the first by handle, 1 for the second (`GATTCharacteristicInfo.instance`).
+    public func readValue(service: String, characteristic: String, instance: Int = 0, descriptor: String?) async throws -> [UInt8] {
+        let request = ReadCharacteristic(path(service, characteristic, instance), descriptor: descriptor)
         return try await application.session.requestWithBody(request, expecting: CharacteristicValue.self).body
+    }
+
+    /// Reads instance `instance` of a characteristic UUID (two Temperature
+    /// characteristics of one Environmental Sensing service: 0 and 1).
+    public func readValue(service: String, characteristic: String, instance: Int) async throws -> [UInt8] {
+        try await readValue(service: service, characteristic: characteristic, instance: instance, descriptor: nil)
     }
 
     /// Writes a characteristic. With response, it returns once the device
     /// confirmed; without, once BlueZ took the value.
-    public func writeValue(_ value: [UInt8], service: String, characteristic: String, withResponse: Bool = true) async throws {
-        let request = WriteCharacteristic(path(service, characteristic), withResponse: withResponse)
+    public func writeValue(
+        _ value: [UInt8], service: String, characteristic: String, instance: Int = 0, withResponse: Bool = true
+    ) async throws {
+        let request = WriteCharacteristic(path(service, characteristic, instance), withResponse: withResponse)
+        _ = try await application.session.request(request, body: value, expecting: Done.self)
+    }
+
+    /// Writes a descriptor of a characteristic (with response). The CCCD
+    /// (0x2902) is BlueZ's: use `setNotifyValue` for it.
+    public func writeValue(
+        _ value: [UInt8], service: String, characteristic: String, instance: Int = 0, descriptor: String
+    ) async throws {
+        let request = WriteCharacteristic(path(service, characteristic, instance), descriptor: descriptor)
         _ = try await application.session.request(request, body: value, expecting: Done.self)
     }
 
@@ -53,13 +72,15 @@ public struct Peripheral: Sendable {
     ///   subscription is confirmed (AcquireNotify loses those first values,
     ///   after every connect). `true`: AcquireNotify (StartNotify if it fails).
     ///   See docs/bluetooth.md, "Notifications".
-    public func setNotifyValue(_ enabled: Bool, service: String, characteristic: String, acquire: Bool? = nil) async throws {
-        let request = SetNotify(path(service, characteristic), enabled: enabled, acquire: acquire)
+    public func setNotifyValue(
+        _ enabled: Bool, service: String, characteristic: String, instance: Int = 0, acquire: Bool? = nil
+    ) async throws {
+        let request = SetNotify(path(service, characteristic, instance), enabled: enabled, acquire: acquire)
         _ = try await application.session.request(request, expecting: Done.self)
     }
 
-    private func path(_ service: String, _ characteristic: String) -> CharacteristicPath {
-        CharacteristicPath(peripheral: address, service: service, characteristic: characteristic)
+    private func path(_ service: String, _ characteristic: String, _ instance: Int = 0) -> CharacteristicPath {
+        CharacteristicPath(peripheral: address, service: service, characteristic: characteristic, instance: instance)
     }
 }
 
@@ -79,8 +100,10 @@ public enum GATTUUID {
 }
 
 extension CharacteristicPath {
-    /// Whether this names `characteristic` of `service`, in any spelling (`"180d"`, `"2a37"`).
-    public func matches(service: String, characteristic: String) -> Bool {
+    /// Whether this names `characteristic` of `service`, in any spelling
+    /// (`"180d"`, `"2a37"`); with `instance`, only that instance of it.
+    public func matches(service: String, characteristic: String, instance: Int? = nil) -> Bool {
         GATTUUID.matches(self.service, service) && GATTUUID.matches(self.characteristic, characteristic)
+            && (instance == nil || instance == self.instance)
     }
 }

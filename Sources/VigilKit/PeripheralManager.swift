@@ -110,8 +110,10 @@ public final class PeripheralManager: Sendable {
     /// Publishes a service. Returns once BlueZ registered it. A characteristic
     /// with a `value` is fixed: the daemon answers its reads itself. Adding a
     /// service with the UUID of a published one replaces it.
-    public func add(_ service: GATTServiceDefinition) async throws {
-        _ = try await request(AddService(service: service), expecting: Done.self) { $0.add(service) }
+    /// `adapter`: publish on this adapter (`"hci1"` or its address); nil: the
+    /// daemon's default. A missing one throws `notFound`.
+    public func add(_ service: GATTServiceDefinition, adapter: String? = nil) async throws {
+        _ = try await request(AddService(service: service, adapter: adapter), expecting: Done.self) { $0.add(service, adapter: adapter) }
     }
 
     /// Withdraws the service with this UUID (any spelling).
@@ -121,17 +123,27 @@ public final class PeripheralManager: Sendable {
 
     /// Withdraws every service of the app.
     public func removeAllServices() async throws {
-        _ = try await request(RemoveService(uuid: nil), expecting: Done.self) { $0.services = [] }
+        _ = try await request(RemoveService(uuid: nil), expecting: Done.self) {
+            $0.services = []
+            $0.serviceAdapters = [:]
+        }
     }
 
     /// Advertises, replacing the app's earlier advertisement. BlueZ's refusals
     /// (too long, no free advertising instance) are `deviceError`.
-    public func startAdvertising(_ advertisement: AdvertisementData) async throws {
-        _ = try await request(StartAdvertising(advertisement: advertisement), expecting: Done.self) { $0.advertisement = advertisement }
+    /// `adapter`: advertise on this adapter; nil: the daemon's default.
+    public func startAdvertising(_ advertisement: AdvertisementData, adapter: String? = nil) async throws {
+        _ = try await request(StartAdvertising(advertisement: advertisement, adapter: adapter), expecting: Done.self) {
+            $0.advertisement = advertisement
+            $0.advertisementAdapter = adapter
+        }
     }
 
     public func stopAdvertising() async throws {
-        _ = try await request(StopAdvertising(), expecting: Done.self) { $0.advertisement = nil }
+        _ = try await request(StopAdvertising(), expecting: Done.self) {
+            $0.advertisement = nil
+            $0.advertisementAdapter = nil
+        }
     }
 
     /// Answers a read (`value`: what the central gets, from the request's
@@ -272,16 +284,22 @@ final class PeripheralStatus: Sendable {
     struct Published: Sendable {
         var services: [GATTServiceDefinition] = []
         var advertisement: AdvertisementData?
+        /// The adapter each service (by its UUID as given) and the advertisement named, if any.
+        var serviceAdapters: [String: String] = [:]
+        var advertisementAdapter: String?
 
-        mutating func add(_ service: GATTServiceDefinition) {
+        mutating func add(_ service: GATTServiceDefinition, adapter: String? = nil) {
             if let index = services.firstIndex(where: { GATTUUID.matches($0.uuid, service.uuid) }) {
+                serviceAdapters[services[index].uuid] = nil
                 services[index] = service
             } else {
                 services.append(service)
             }
+            serviceAdapters[service.uuid] = adapter
         }
 
         mutating func remove(_ uuid: String) {
+            for service in services where GATTUUID.matches(service.uuid, uuid) { serviceAdapters[service.uuid] = nil }
             services.removeAll { GATTUUID.matches($0.uuid, uuid) }
         }
     }

@@ -13,12 +13,16 @@ public enum BluetoothEventContent: Sendable, Equatable {
     case state(BluetoothState)
     /// `ble.discovered`: the `PeripheralInfo` members.
     case discovered(PeripheralInfo)
-    /// `ble.connected`: `peripheral`.
-    case connected(peripheral: String)
-    /// `ble.disconnected`: `peripheral`, `reason`, `willReconnect`.
-    case disconnected(peripheral: String, reason: String, willReconnect: Bool)
-    /// `ble.notification`: `peripheral`, `service`, `characteristic`; the value in the body.
+    /// `ble.connected`: `peripheral`, `adapter` (its name; absent from older daemons).
+    case connected(peripheral: String, adapter: String? = nil)
+    /// `ble.disconnected`: `peripheral`, `reason`, `willReconnect`, `adapter`.
+    case disconnected(peripheral: String, reason: String, willReconnect: Bool, adapter: String? = nil)
+    /// `ble.notification`: `peripheral`, `service`, `characteristic`,
+    /// `instance` (when not 0); the value in the body.
     case notification(CharacteristicPath)
+    /// `ble.adapterState`: `adapter`, `state`: an adapter a client chose
+    /// changed (powered off, vanished, back).
+    case adapterState(adapter: String, state: BluetoothState)
     /// `ble.pairingRequest`: the `PairingPrompt` members.
     case pairingRequest(PairingPrompt)
     /// `ble.pairingCancelled`: `request`, `peripheral`, `reason`.
@@ -46,18 +50,29 @@ public enum BluetoothEventContent: Sendable, Equatable {
         case BluetoothEventKind.discovered:
             self = .discovered(try PeripheralInfo(attributes: attributes))
         case BluetoothEventKind.connected:
-            self = .connected(peripheral: try Self.string("peripheral", in: attributes, of: kind))
+            self = .connected(
+                peripheral: try Self.string("peripheral", in: attributes, of: kind), adapter: attributes["adapter"]?.stringValue)
         case BluetoothEventKind.disconnected:
             self = .disconnected(
                 peripheral: try Self.string("peripheral", in: attributes, of: kind),
                 reason: attributes["reason"]?.stringValue ?? "",
-                willReconnect: attributes["willReconnect"] == .bool(true))
+                willReconnect: attributes["willReconnect"] == .bool(true), adapter: attributes["adapter"]?.stringValue)
         case BluetoothEventKind.notification:
+            var instance = 0
+            if let given = attributes["instance"] {
+                guard case let .number(number) = given, number >= 0, number < 65536, number == number.rounded() else {
+                    throw ProtocolError(.invalidArgument, "\(kind): attribute 'instance' is not a characteristic instance")
+                }
+                instance = Int(number)
+            }
             self = .notification(
                 CharacteristicPath(
                     peripheral: try Self.string("peripheral", in: attributes, of: kind),
                     service: try Self.string("service", in: attributes, of: kind),
-                    characteristic: try Self.string("characteristic", in: attributes, of: kind)))
+                    characteristic: try Self.string("characteristic", in: attributes, of: kind), instance: instance))
+        case BluetoothEventKind.adapterState:
+            let raw = try Self.string("state", in: attributes, of: kind)
+            self = .adapterState(adapter: try Self.string("adapter", in: attributes, of: kind), state: BluetoothState(rawValue: raw) ?? .unknown)
         case BluetoothEventKind.pairingRequest:
             do {
                 let data = try JSONEncoder().encode(JSONValue.object(attributes))
@@ -106,6 +121,7 @@ public enum BluetoothEventContent: Sendable, Equatable {
         case .connected: BluetoothEventKind.connected
         case .disconnected: BluetoothEventKind.disconnected
         case .notification: BluetoothEventKind.notification
+        case .adapterState: BluetoothEventKind.adapterState
         case .pairingRequest: BluetoothEventKind.pairingRequest
         case .pairingCancelled: BluetoothEventKind.pairingCancelled
         case .addressChanged: BluetoothEventKind.addressChanged
@@ -122,12 +138,17 @@ public enum BluetoothEventContent: Sendable, Equatable {
             ["state": .string(state.rawValue)]
         case let .discovered(peripheral):
             peripheral.attributes
-        case let .connected(peripheral):
-            ["peripheral": .string(peripheral)]
-        case let .disconnected(peripheral, reason, willReconnect):
-            ["peripheral": .string(peripheral), "reason": .string(reason), "willReconnect": .bool(willReconnect)]
+        case let .connected(peripheral, adapter):
+            Self.adding(adapter, to: ["peripheral": .string(peripheral)])
+        case let .disconnected(peripheral, reason, willReconnect, adapter):
+            Self.adding(adapter, to: ["peripheral": .string(peripheral), "reason": .string(reason), "willReconnect": .bool(willReconnect)])
         case let .notification(path):
-            ["peripheral": .string(path.peripheral), "service": .string(path.service), "characteristic": .string(path.characteristic)]
+            path.instance == 0
+                ? ["peripheral": .string(path.peripheral), "service": .string(path.service), "characteristic": .string(path.characteristic)]
+                : ["peripheral": .string(path.peripheral), "service": .string(path.service), "characteristic": .string(path.characteristic),
+                   "instance": .number(Double(path.instance))]
+        case let .adapterState(adapter, state):
+            ["adapter": .string(adapter), "state": .string(state.rawValue)]
         case let .pairingRequest(prompt):
             prompt.attributes
         case let .pairingCancelled(request, peripheral, reason):
@@ -149,9 +170,9 @@ public enum BluetoothEventContent: Sendable, Equatable {
     /// The peripheral the event is about; nil for `state`.
     public var peripheral: String? {
         switch self {
-        case .state: nil
+        case .state, .adapterState: nil
         case let .discovered(info): info.address
-        case let .connected(peripheral), let .disconnected(peripheral, _, _): peripheral
+        case let .connected(peripheral, _), let .disconnected(peripheral, _, _, _): peripheral
         case let .notification(path): path.peripheral
         case let .pairingRequest(prompt): prompt.peripheral
         case let .pairingCancelled(_, peripheral, _): peripheral
@@ -159,6 +180,13 @@ public enum BluetoothEventContent: Sendable, Equatable {
         case let .monitorFound(_, peripheral, _, _), let .monitorLost(_, peripheral): peripheral
         case .advertisements: nil
         }
+    }
+
+    private static func adding(_ adapter: String?, to attributes: [String: JSONValue]) -> [String: JSONValue] {
+        guard let adapter else { return attributes }
+        var attributes = attributes
+        attributes["adapter"] = .string(adapter)
+        return attributes
     }
 
     private static func string(_ key: String, in attributes: [String: JSONValue], of kind: String) throws(ProtocolError) -> String {

@@ -40,13 +40,18 @@ public struct PeripheralInfo: Sendable, Codable, Equatable {
     public var paired: Bool?
     public var bonded: Bool?
     public var trusted: Bool?
+    /// The adapter this record is seen through ("hci0"): the one the
+    /// request chose, or the daemon's default. Absent from older daemons,
+    /// and for a pending connect whose adapter is not present.
+    public var adapter: String?
 
     public init(
         address: String, addressType: String = "public", name: String? = nil, rssi: Int? = nil, txPower: Int? = nil,
         state: String = "disconnected", serviceUUIDs: [String] = [], manufacturerData: [String: String] = [:],
         serviceData: [String: String] = [:], mtu: Int? = nil, paired: Bool? = nil, bonded: Bool? = nil,
-        trusted: Bool? = nil
+        trusted: Bool? = nil, adapter: String? = nil
     ) {
+        self.adapter = adapter
         self.address = address
         self.addressType = addressType
         self.name = name
@@ -75,8 +80,20 @@ public struct GATTCharacteristicInfo: Sendable, Codable, Equatable {
     public var descriptors: [GATTDescriptorInfo]
     /// Whether this app is subscribed to its notifications.
     public var notifying: Bool
+    /// Which characteristic of this UUID in its service it is: 0 for the
+    /// first by handle, 1 for the second, ... (the `instance` requests take).
+    /// Absent from older daemons.
+    public var instance: Int?
+    /// Its ATT handle (value declaration), as BlueZ reports it; for
+    /// information: requests name characteristics by `instance`.
+    public var handle: Int?
 
-    public init(uuid: String, properties: [String], descriptors: [GATTDescriptorInfo] = [], notifying: Bool = false) {
+    public init(
+        uuid: String, properties: [String], descriptors: [GATTDescriptorInfo] = [], notifying: Bool = false,
+        instance: Int? = nil, handle: Int? = nil
+    ) {
+        self.instance = instance
+        self.handle = handle
         self.uuid = uuid
         self.properties = properties
         self.descriptors = descriptors
@@ -98,27 +115,54 @@ public struct GATTServiceInfo: Sendable, Codable, Equatable {
 
 /// Names one characteristic of a peripheral (and optionally one descriptor of it).
 ///
-/// Ordered (peripheral, service, characteristic) and described as
-/// `peripheral/service/characteristic`: the state file sorts subscriptions
-/// by it on every save, and a type without a description of its own is
-/// turned into text by reflection (`Mirror`), thousands of times slower
-/// (issue 34; `scripts/check-reflection`).
+/// `instance` tells apart characteristics of one UUID in one service (an
+/// Environmental Sensing service with two Temperature characteristics): 0
+/// is the first by handle, 1 the second. It is omitted from JSON when 0,
+/// so a path from an older client or state file reads as the first.
+///
+/// Ordered (peripheral, service, characteristic, instance) and described as
+/// `peripheral/service/characteristic` (`#instance` when not 0): the state
+/// file sorts subscriptions by it on every save, and a type without a
+/// description of its own is turned into text by reflection (`Mirror`),
+/// thousands of times slower (issue 34; `scripts/check-reflection`).
 public struct CharacteristicPath: Sendable, Codable, Equatable, Hashable, Comparable, CustomStringConvertible {
     public var peripheral: String
     public var service: String
     public var characteristic: String
+    public var instance: Int
 
-    public init(peripheral: String, service: String, characteristic: String) {
+    public init(peripheral: String, service: String, characteristic: String, instance: Int = 0) {
         self.peripheral = peripheral
         self.service = service
         self.characteristic = characteristic
+        self.instance = instance
+    }
+
+    private enum CodingKeys: String, CodingKey { case peripheral, service, characteristic, instance }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        peripheral = try container.decode(String.self, forKey: .peripheral)
+        service = try container.decode(String.self, forKey: .service)
+        characteristic = try container.decode(String.self, forKey: .characteristic)
+        instance = try container.decodeIfPresent(Int.self, forKey: .instance) ?? 0
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(peripheral, forKey: .peripheral)
+        try container.encode(service, forKey: .service)
+        try container.encode(characteristic, forKey: .characteristic)
+        if instance != 0 { try container.encode(instance, forKey: .instance) }
     }
 
     public static func < (lhs: CharacteristicPath, rhs: CharacteristicPath) -> Bool {
-        (lhs.peripheral, lhs.service, lhs.characteristic) < (rhs.peripheral, rhs.service, rhs.characteristic)
+        (lhs.peripheral, lhs.service, lhs.characteristic, lhs.instance) < (rhs.peripheral, rhs.service, rhs.characteristic, rhs.instance)
     }
 
-    public var description: String { peripheral + "/" + service + "/" + characteristic }
+    public var description: String {
+        peripheral + "/" + service + "/" + characteristic + (instance == 0 ? "" : "#" + String(instance))
+    }
 }
 
 // MARK: Requests (apps; control clients too, for vigilctl ble)
@@ -199,7 +243,12 @@ public struct StartScan: Message, Equatable {
     /// Every advertisement (RSSI updates), not just the first of each peripheral.
     /// Ignored in the background, where duplicates are always coalesced.
     public var allowDuplicates: Bool?
-    public init(services: [String]? = nil, allowDuplicates: Bool? = nil) {
+    /// The adapter to scan with, by name ("hci1") or address; absent: the
+    /// daemon's default adapter (`bluetooth-adapter`). One that does not
+    /// exist is refused (`notFound`); never replaced by another.
+    public var adapter: String?
+    public init(services: [String]? = nil, allowDuplicates: Bool? = nil, adapter: String? = nil) {
+        self.adapter = adapter
         self.services = services
         self.allowDuplicates = allowDuplicates
     }
@@ -228,7 +277,15 @@ public struct PeripheralList: Message, Equatable {
 public struct ConnectPeripheral: Message, Equatable {
     public static let type = "ble.connect"
     public var peripheral: String
-    public init(peripheral: String) { self.peripheral = peripheral }
+    /// The adapter to connect through, by name ("hci1") or address; absent:
+    /// the daemon's default adapter. A peripheral is connected through one
+    /// adapter at a time: asking for it through another while a client
+    /// wants it through the first is refused (`invalidState`).
+    public var adapter: String?
+    public init(peripheral: String, adapter: String? = nil) {
+        self.peripheral = peripheral
+        self.adapter = adapter
+    }
 }
 
 /// Request: cancel a pending connect or drop this app's use of the link (the
@@ -259,12 +316,18 @@ public struct ReadCharacteristic: Message, Equatable {
     public var peripheral: String
     public var service: String
     public var characteristic: String
+    /// Which characteristic of that UUID (0, the first by handle, if absent).
+    public var instance: Int?
     public var descriptor: String?
     public init(_ path: CharacteristicPath, descriptor: String? = nil) {
         peripheral = path.peripheral
         service = path.service
         characteristic = path.characteristic
+        instance = path.instance == 0 ? nil : path.instance
         self.descriptor = descriptor
+    }
+    public var path: CharacteristicPath {
+        CharacteristicPath(peripheral: peripheral, service: service, characteristic: characteristic, instance: instance ?? 0)
     }
 }
 
@@ -273,19 +336,28 @@ public struct CharacteristicValue: Message, Equatable {
     public init() {}
 }
 
-/// Request: write the body to a characteristic. Reply: `Done` (for a write
+/// Request: write the body to a characteristic, or with `descriptor` to one
+/// of its descriptors (always with response). Reply: `Done` (for a write
 /// without response: once BlueZ took it).
 public struct WriteCharacteristic: Message, Equatable {
     public static let type = "ble.write"
     public var peripheral: String
     public var service: String
     public var characteristic: String
+    /// Which characteristic of that UUID (0, the first by handle, if absent).
+    public var instance: Int?
+    public var descriptor: String?
     public var withResponse: Bool
-    public init(_ path: CharacteristicPath, withResponse: Bool = true) {
+    public init(_ path: CharacteristicPath, descriptor: String? = nil, withResponse: Bool = true) {
         peripheral = path.peripheral
         service = path.service
         characteristic = path.characteristic
+        instance = path.instance == 0 ? nil : path.instance
+        self.descriptor = descriptor
         self.withResponse = withResponse
+    }
+    public var path: CharacteristicPath {
+        CharacteristicPath(peripheral: peripheral, service: service, characteristic: characteristic, instance: instance ?? 0)
     }
 }
 
@@ -302,14 +374,20 @@ public struct SetNotify: Message, Equatable {
     public var peripheral: String
     public var service: String
     public var characteristic: String
+    /// Which characteristic of that UUID (0, the first by handle, if absent).
+    public var instance: Int?
     public var enabled: Bool
     public var acquire: Bool?
     public init(_ path: CharacteristicPath, enabled: Bool, acquire: Bool? = nil) {
         peripheral = path.peripheral
         service = path.service
         characteristic = path.characteristic
+        instance = path.instance == 0 ? nil : path.instance
         self.enabled = enabled
         self.acquire = acquire
+    }
+    public var path: CharacteristicPath {
+        CharacteristicPath(peripheral: peripheral, service: service, characteristic: characteristic, instance: instance ?? 0)
     }
 }
 
@@ -332,14 +410,19 @@ public enum BluetoothEventKind {
     public static let state = "ble.state"
     /// An advertisement matched the app's scan: the `PeripheralInfo` members.
     public static let discovered = "ble.discovered"
-    /// `peripheral` connected (after the app's connect request).
+    /// `peripheral` connected (after the app's connect request): `adapter`.
     public static let connected = "ble.connected"
-    /// `peripheral` disconnected: `reason`; `willReconnect` true when the app's
+    /// An adapter a client chose by name or address (not the default, which
+    /// `state` follows) changed: `adapter` (its name, or what the client
+    /// asked for if it is gone), `state` (`poweredOn`, `poweredOff`, or
+    /// `unsupported` when it vanished). What the client asked of it waits for it.
+    public static let adapterState = "ble.adapterState"
+    /// `peripheral` disconnected: `reason`, `adapter`; `willReconnect` true when the app's
     /// connect request stays pending (CoreBluetooth apps reconnect; here the
     /// daemon does it for them).
     public static let disconnected = "ble.disconnected"
     /// A value from a subscribed characteristic: `peripheral`, `service`,
-    /// `characteristic`; the value in the body. To apps, with `framing`, a
+    /// `characteristic`, `instance` (when not 0); the value in the body. To apps, with `framing`, a
     /// batch of values (`NotificationValues`).
     public static let notification = "ble.notification"
 }

@@ -52,6 +52,10 @@ extension IntegerField {
         // GAP appearance is a 16-bit value.
         StartAdvertising.type: [IntegerField("advertisement.appearance", 0...0xFFFF)],
         RespondToRequest.type: [IntegerField("request", positive)],
+        // Which characteristic of a UUID: there are at most 65535 attribute handles.
+        ReadCharacteristic.type: [IntegerField("instance", 0...0xFFFF)],
+        WriteCharacteristic.type: [IntegerField("instance", 0...0xFFFF)],
+        SetNotify.type: [IntegerField("instance", 0...0xFFFF)],
     ]
 }
 

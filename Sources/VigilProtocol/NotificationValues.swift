@@ -7,7 +7,8 @@
 /// - `u16le n` (n ≤ 0xFFFE), then n bytes: a value of the characteristic the
 ///   event's attributes name (`peripheral`, `service`, `characteristic`);
 /// - `u16le 0xFFFF`, `u16le m`, m bytes of UTF-8 `peripheral service
-///   characteristic` (separated by one space), then a value record as above:
+///   characteristic`, and ` instance` when it is not 0 (separated by one
+///   space), then a value record as above:
 ///   one value of that other characteristic.
 ///
 /// An event without `framing` (queued by a daemon older than batching, and
@@ -44,7 +45,8 @@ public enum NotificationValues {
 
     public static func append(_ value: [UInt8], of path: CharacteristicPath, in eventPath: CharacteristicPath, to bytes: inout [UInt8]) {
         if path != eventPath {
-            let text = Array("\(path.peripheral) \(path.service) \(path.characteristic)".utf8)
+            let name = "\(path.peripheral) \(path.service) \(path.characteristic)" + (path.instance == 0 ? "" : " \(path.instance)")
+            let text = Array(name.utf8)
             bytes.reserveCapacity(bytes.count + 6 + text.count + value.count)
             appendLength(Int(otherCharacteristic), to: &bytes)
             appendLength(min(text.count, maxValueLength), to: &bytes)
@@ -92,10 +94,12 @@ public enum NotificationValues {
             if count == Int(otherCharacteristic) {
                 let text = String(decoding: try bytes(try length()), as: UTF8.self)
                 let parts = text.split(separator: " ", omittingEmptySubsequences: false)
-                guard parts.count == 3, !parts.contains(where: \.isEmpty) else {
+                let instance = parts.count == 4 ? Int(parts[3]).flatMap { $0 >= 0 && $0 < 65536 ? $0 : nil } : 0
+                guard parts.count == 3 || parts.count == 4, !parts.contains(where: \.isEmpty), let instance else {
                     throw ProtocolError(.invalidArgument, "ble.notification: '\(text)' does not name a characteristic")
                 }
-                path = CharacteristicPath(peripheral: String(parts[0]), service: String(parts[1]), characteristic: String(parts[2]))
+                path = CharacteristicPath(
+                    peripheral: String(parts[0]), service: String(parts[1]), characteristic: String(parts[2]), instance: instance)
                 count = try length()
                 guard count != Int(otherCharacteristic) else {
                     throw ProtocolError(.invalidArgument, "ble.notification: two characteristic records in a row at byte \(offset - 2)")

@@ -124,7 +124,13 @@ public struct PeripheralRegistered: Message, Equatable {
 public struct AddService: Message, Equatable {
     public static let type = "ble.addService"
     public var service: GATTServiceDefinition
-    public init(service: GATTServiceDefinition) { self.service = service }
+    /// The adapter to publish on, by name ("hci1") or address; absent: the
+    /// daemon's default. Kept by address, never moved to another adapter.
+    public var adapter: String?
+    public init(service: GATTServiceDefinition, adapter: String? = nil) {
+        self.service = service
+        self.adapter = adapter
+    }
 }
 
 /// Request: withdraw one service (by UUID), or all with `uuid` absent. Reply: `Done`.
@@ -140,7 +146,12 @@ public struct RemoveService: Message, Equatable {
 public struct StartAdvertising: Message, Equatable {
     public static let type = "ble.startAdvertising"
     public var advertisement: AdvertisementData
-    public init(advertisement: AdvertisementData) { self.advertisement = advertisement }
+    /// The adapter to advertise on, by name or address; absent: the default.
+    public var adapter: String?
+    public init(advertisement: AdvertisementData, adapter: String? = nil) {
+        self.advertisement = advertisement
+        self.adapter = adapter
+    }
 }
 
 public struct StopAdvertising: Message, Equatable {

@@ -38,6 +38,9 @@ struct BleServe: AsyncParsableCommand {
     @Flag(help: "Stop at the end of stdin instead of serving on until Ctrl-C.")
     var exitOnEof = false
 
+    @Option(help: "Publish and advertise on this adapter (hci1, or its address; default: the daemon's default adapter).")
+    var adapter: String?
+
     func run() async throws {
         let description = try Self.load(file)
         let fed = try (stdinCharacteristic ?? description.stdin).map { name in
@@ -45,9 +48,9 @@ struct BleServe: AsyncParsableCommand {
         }
         let client = try await options.connect()
         let events = client.peripheralEvents()
-        for service in description.services { try await client.addService(service) }
+        for service in description.services { try await client.addService(service, adapter: adapter) }
         let advertisement = advertise || description.advertisement != nil ? description.advertisementOrDefault : nil
-        if let advertisement { try await client.startAdvertising(advertisement) }
+        if let advertisement { try await client.startAdvertising(advertisement, adapter: adapter) }
         serveNote(Self.summary(description, advertisement: advertisement, fed: fed))
 
         let server = GATTServer(client: client, output: ServeOutput(json: options.json), fed: fed.map { ValueKey($0.service, $0.characteristic) })

@@ -64,11 +64,14 @@ struct BleScan: AsyncParsableCommand {
     @Flag(help: "Report every advertisement (RSSI updates), not just the first of each peripheral.")
     var duplicates = false
 
+    @Option(help: "Scan with this adapter (hci1, or its address; default: the daemon's default adapter).")
+    var adapter: String?
+
     func run() async throws {
         let client = try await options.connect()
-        try await requireBluetooth(client)
+        if adapter == nil { try await requireBluetooth(client) }
         let events = client.bluetoothEvents()
-        try await client.startScan(services: services.isEmpty ? nil : services, allowDuplicates: duplicates)
+        try await client.startScan(services: services.isEmpty ? nil : services, allowDuplicates: duplicates, adapter: adapter)
         let json = options.json
         let ended: Void? = await race(timeout) {
             for await event in events {
@@ -101,10 +104,13 @@ struct BleConnect: AsyncParsableCommand {
     @Option(help: "Seconds to wait for the connection (0: do not wait).")
     var wait: Double = 10
 
+    @Option(help: "Connect through this adapter (hci1, or its address; default: the daemon's default adapter).")
+    var adapter: String?
+
     func run() async throws {
         let client = try await options.connect()
         let events = client.bluetoothEvents()
-        try await client.connectPeripheral(address)
+        try await client.connectPeripheral(address, adapter: adapter)
         let connected = wait > 0 ? await waitForConnection(client, events: events, address: address, seconds: wait) : false
         if options.json { return try printJSON(LinkRecord(peripheral: address, state: connected ? "connected" : "pending")) }
         if connected {
@@ -169,13 +175,17 @@ struct BleRead: AsyncParsableCommand {
     @Option(help: "Read this descriptor of the characteristic instead, e.g. 2901.")
     var descriptor: String?
 
+    @Option(help: "Which characteristic of that UUID: 0 the first by handle, 1 the second (see `ble gatt`).")
+    var instance = 0
+
     func run() async throws {
         let client = try await options.connect()
-        let path = CharacteristicPath(peripheral: address, service: service, characteristic: characteristic)
+        let path = CharacteristicPath(peripheral: address, service: service, characteristic: characteristic, instance: instance)
         let value = try await withConnection(client, address, link) { try await client.readValue(path, descriptor: descriptor) }
         if options.json {
             return try printJSON(ValueRecord(
-                peripheral: address, service: service, characteristic: characteristic, descriptor: descriptor, value: Hex.string(value)))
+                peripheral: address, service: service, characteristic: characteristic, instance: instance == 0 ? nil : instance,
+                descriptor: descriptor, value: Hex.string(value)))
         }
         print(Hex.string(value))
     }
@@ -199,18 +209,25 @@ struct BleWrite: AsyncParsableCommand {
     @Flag(help: "Write without response (returns once BlueZ took the value).")
     var withoutResponse = false
 
+    @Option(help: "Write this descriptor of the characteristic instead, e.g. 2901 (always with response).")
+    var descriptor: String?
+
+    @Option(help: "Which characteristic of that UUID: 0 the first by handle, 1 the second (see `ble gatt`).")
+    var instance = 0
+
     func validate() throws {
         guard Hex.bytes(hex) != nil else { throw ValidationError("'\(hex)' is not hex (two digits per byte)") }
+        if descriptor != nil && withoutResponse { throw ValidationError("a descriptor is always written with response") }
     }
 
     func run() async throws {
         let client = try await options.connect()
-        let path = CharacteristicPath(peripheral: address, service: service, characteristic: characteristic)
+        let path = CharacteristicPath(peripheral: address, service: service, characteristic: characteristic, instance: instance)
         let value = Hex.bytes(hex) ?? []
         try await withConnection(client, address, link) {
-            try await client.writeValue(value, to: path, withResponse: !withoutResponse)
+            try await client.writeValue(value, to: path, descriptor: descriptor, withResponse: !withoutResponse)
         }
-        print("wrote \(value.count) byte(s) to \(GATTUUID.short(characteristic))")
+        print("wrote \(value.count) byte(s) to \(GATTUUID.short(descriptor ?? characteristic))")
     }
 }
 
@@ -247,10 +264,13 @@ struct BleNotify: AsyncParsableCommand {
     @Option(help: "Stop after this many seconds.")
     var timeout: Double?
 
+    @Option(help: "Which characteristic of that UUID: 0 the first by handle, 1 the second (see `ble gatt`).")
+    var instance = 0
+
     func run() async throws {
         let client = try await options.connect()
-        let path = CharacteristicPath(peripheral: address, service: service, characteristic: characteristic)
-        let (json, address, service, characteristic, count) = (options.json, address, service, characteristic, count)
+        let path = CharacteristicPath(peripheral: address, service: service, characteristic: characteristic, instance: instance)
+        let (json, address, service, characteristic, count, instance) = (options.json, address, service, characteristic, count, instance)
         let lost = try await withConnection(client, address, link) {
             let events = client.bluetoothEvents()
             try await client.setNotifyValue(true, for: path, acquire: acquire ? true : startNotify ? false : nil)
@@ -260,10 +280,11 @@ struct BleNotify: AsyncParsableCommand {
                 for await event in events {
                     switch event {
                     case let .valueUpdated(from, value)
-                        where sameAddress(from.peripheral, address) && from.matches(service: service, characteristic: characteristic):
+                        where sameAddress(from.peripheral, address) && from.matches(service: service, characteristic: characteristic, instance: instance):
                         let now = Date().timeIntervalSince1970
                         let record = ValueRecord(
-                            peripheral: address, service: service, characteristic: characteristic, value: Hex.string(value), time: now)
+                            peripheral: address, service: service, characteristic: characteristic, instance: instance == 0 ? nil : instance,
+                            value: Hex.string(value), time: now)
                         emitLine(json ? (try? compactJSON(record)) ?? "" : "\(formatTime(now))  \(Hex.string(value))")
                         received += 1
                         if let count, received >= count { return false }
@@ -289,6 +310,9 @@ struct BleNotify: AsyncParsableCommand {
 struct LinkOptions: ParsableArguments {
     @Option(name: .customLong("wait"), help: "Seconds to wait for the connection when the peripheral is not connected.")
     var seconds: Double = 30
+
+    @Option(help: "Connect through this adapter when not connected (hci1, or its address; default: the daemon's default).")
+    var adapter: String?
 }
 
 // MARK: Helpers
@@ -299,13 +323,15 @@ struct LinkOptions: ParsableArguments {
 func withConnection<T>(
     _ client: ControlClient, _ address: String, _ link: LinkOptions, _ body: () async throws -> T
 ) async throws -> T {
-    try await requireBluetooth(client)
+    if link.adapter == nil { try await requireBluetooth(client) }
     let peripherals = try await client.peripherals()
-    if peripherals.contains(where: { sameAddress($0.address, address) && $0.state == "connected" }) {
+    if peripherals.contains(where: {
+        sameAddress($0.address, address) && $0.state == "connected" && (link.adapter == nil || $0.adapter == link.adapter)
+    }) {
         return try await body()
     }
     let events = client.bluetoothEvents()
-    try await client.connectPeripheral(address)
+    try await client.connectPeripheral(address, adapter: link.adapter)
     guard await waitForConnection(client, events: events, address: address, seconds: link.seconds) else {
         try? await client.cancelPeripheralConnection(address)
         throw ProtocolError(.notConnected, "\(address) did not connect within \(formatSeconds(link.seconds)) (is it in range?)")

@@ -10,10 +10,10 @@ struct PeripheralTable {
     init(_ peripherals: [PeripheralInfo]) { self.peripherals = peripherals }
 
     var text: String {
-        var table = Table(headers: ["ADDRESS", "TYPE", "NAME", "RSSI", "STATE", "BOND", "MTU", "SERVICES"])
+        var table = Table(headers: ["ADDRESS", "ADAPTER", "TYPE", "NAME", "RSSI", "STATE", "BOND", "MTU", "SERVICES"])
         for peripheral in peripherals {
             table.rows.append([
-                peripheral.address, peripheral.addressType, dashIfEmpty(peripheral.name ?? ""),
+                peripheral.address, peripheral.adapter ?? "-", peripheral.addressType, dashIfEmpty(peripheral.name ?? ""),
                 peripheral.rssi.map(String.init) ?? "-", peripheral.state, Self.bond(peripheral),
                 peripheral.mtu.map(String.init) ?? "-",
                 dashIfEmpty(peripheral.serviceUUIDs.map(GATTUUID.short).joined(separator: ",")),
@@ -63,9 +63,13 @@ struct GATTTree {
             lines.append("service \(GATTNames.label(service.uuid, GATTNames.services))\(service.primary ? "" : " (secondary)")")
             for characteristic in service.characteristics {
                 let notifying = characteristic.notifying ? " (subscribed)" : ""
+                // Only a UUID that occurs twice needs its instance said (`--instance N`).
+                let twins = service.characteristics.filter { $0.uuid == characteristic.uuid }.count
+                let instance = twins > 1 ? " instance \(characteristic.instance ?? 0)" : ""
+                let handle = characteristic.handle.map { " handle 0x" + String($0, radix: 16) } ?? ""
                 lines.append(
-                    "  characteristic \(GATTNames.label(characteristic.uuid, GATTNames.characteristics))  "
-                        + "[\(characteristic.properties.joined(separator: ", "))]\(notifying)")
+                    "  characteristic \(GATTNames.label(characteristic.uuid, GATTNames.characteristics))\(instance)  "
+                        + "[\(characteristic.properties.joined(separator: ", "))]\(notifying)\(handle)")
                 for descriptor in characteristic.descriptors {
                     lines.append("    descriptor \(GATTNames.label(descriptor.uuid, GATTNames.descriptors))")
                 }
@@ -80,6 +84,8 @@ struct ValueRecord: Encodable {
     var peripheral: String
     var service: String
     var characteristic: String
+    /// Which characteristic of that UUID, when not the first.
+    var instance: Int?
     var descriptor: String?
     /// Lowercase hex, two digits per byte.
     var value: String

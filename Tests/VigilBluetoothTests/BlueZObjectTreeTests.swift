@@ -40,7 +40,8 @@ struct BlueZObjectTreeTests {
         let tree = BlueZObjectTree(managedObjects: Self.managed(Self.snapshot))
         #expect(tree.adapters.map(\.name) == ["hci0"])
         #expect(tree.adapters.first?.powered == true)
-        let device = try #require(tree.device(address: "C0:DE:00:00:00:01"))
+        let device = try #require(tree.device(address: "C0:DE:00:00:00:01", adapter: Self.adapter))
+        #expect(tree.device(address: "C0:DE:00:00:00:01", adapter: "/org/bluez/hci1") == nil, "another adapter's object is another device")
         #expect(device.address == "C0:DE:00:00:00:01")  // BlueZ's case does not matter
         #expect(device.name == "Vigil HRM")               // Alias when there is no Name
         #expect(device.rssi == -60)
@@ -75,8 +76,28 @@ struct BlueZObjectTreeTests {
         #expect(tree.characteristic(at: Self.measurement) == nil)
         #expect(tree.objects[Self.measurement] == nil)
         tree.interfacesRemoved(Self.device, [BlueZ.device])
-        #expect(tree.device(address: "C0:DE:00:00:00:01") == nil)
+        #expect(tree.device(address: "C0:DE:00:00:00:01", adapter: Self.adapter) == nil)
         #expect(tree.services(of: Self.device).count == 1, "children go by their own InterfacesRemoved")
+    }
+
+    /// Two Temperature characteristics in one Environmental Sensing service:
+    /// instances count in handle order, whatever order BlueZ announced them in.
+    @Test func characteristicsOfOneUUIDAreInstancesInHandleOrder() throws {
+        var tree = BlueZObjectTree(managedObjects: Self.managed(Self.snapshot))
+        let ess = BluetoothUUID.normalize("181a")!, temperature = BluetoothUUID.normalize("2a6e")!
+        let service: ObjectPath = "/org/bluez/hci0/dev_C0_DE_00_00_00_01/service0020"
+        tree.interfacesAdded(service, Self.interfaces([BlueZ.gattService: ["UUID": .string(ess), "Device": .objectPath(Self.device)]]))
+        for handle in ["0026", "0021"] {
+            let path = try ObjectPath("\(service.rawValue)/char\(handle)")
+            tree.interfacesAdded(path, Self.interfaces([BlueZ.gattCharacteristic: [
+                "UUID": .string(temperature), "Service": .objectPath(service), "Flags": .strings(["read"]),
+            ]]))
+        }
+        let first = try #require(tree.characteristic(of: Self.device, service: ess, characteristic: temperature, instance: 0))
+        let second = try #require(tree.characteristic(of: Self.device, service: ess, characteristic: temperature, instance: 1))
+        #expect(first.path.rawValue.hasSuffix("char0021") && first.handle == 0x21)
+        #expect(second.path.rawValue.hasSuffix("char0026") && second.handle == 0x26)
+        #expect(tree.characteristic(of: Self.device, service: ess, characteristic: temperature, instance: 2) == nil)
     }
 
     @Test func aRereadFillsInWhatNoSignalSaidButNotWhatASignalChangedSince() {

@@ -21,6 +21,10 @@ struct BluetoothEventTests {
             .pairingRequest(PairingPrompt(request: 4, peripheral: "C0:FF:EE:00:00:01", kind: .displayPasskey, passkey: 7, entered: 2)),
             .pairingCancelled(request: 3, peripheral: "C0:FF:EE:00:00:01", reason: "nobody answered"),
             .addressChanged(peripheral: "C0:DE:00:00:00:99", previous: "5A:11:22:33:44:55"),
+            .connected(peripheral: "C0:FF:EE:00:00:01", adapter: "hci1"),
+            .disconnected(peripheral: "C0:FF:EE:00:00:01", reason: "adapter off", willReconnect: true, adapter: "hci1"),
+            .notification(CharacteristicPath(peripheral: path.peripheral, service: path.service, characteristic: path.characteristic, instance: 1)),
+            .adapterState(adapter: "hci1", state: .poweredOff),
         ]
         for content in contents {
             #expect(try BluetoothEventContent(kind: content.kind, attributes: content.attributes) == content)
@@ -50,6 +54,32 @@ struct BluetoothEventTests {
         #expect(disconnected == .disconnected(peripheral: "AA:BB:CC:DD:EE:FF", reason: "", willReconnect: false))
         // A state a newer daemon adds is unknown, not an error.
         #expect(try BluetoothEventContent(kind: BluetoothEventKind.state, attributes: ["state": "poweringOn"]) == .state(.unknown))
+    }
+
+    @Test("a characteristic's instance: absent means 0, in attributes, JSON and batch records")
+    func instances() throws {
+        let first = CharacteristicPath(peripheral: "C0:FF:EE:00:00:01", service: "181a", characteristic: "2a6e")
+        var second = first
+        second.instance = 1
+        #expect(BluetoothEventContent.notification(first).attributes["instance"] == nil)
+        #expect(BluetoothEventContent.notification(second).attributes["instance"] == .number(1))
+        #expect(throws: ProtocolError.self) {
+            var attributes = BluetoothEventContent.notification(second).attributes
+            attributes["instance"] = .number(-1)
+            _ = try BluetoothEventContent(kind: BluetoothEventKind.notification, attributes: attributes)
+        }
+        let encoded = try JSONEncoder().encode(first)
+        #expect(!String(decoding: encoded, as: UTF8.self).contains("instance"), "0 is not written: older readers see what they know")
+        #expect(try JSONDecoder().decode(CharacteristicPath.self, from: encoded) == first)
+        #expect(try JSONDecoder().decode(CharacteristicPath.self, from: JSONEncoder().encode(second)) == second)
+        #expect(first < second && second.description.hasSuffix("#1"))
+        // A batch whose event names instance 0 carries instance 1's value in a record naming it.
+        var body: [UInt8] = []
+        NotificationValues.append([1], of: first, in: first, to: &body)
+        NotificationValues.append([2], of: second, in: first, to: &body)
+        let values = try NotificationValues.decode(body, attributes: NotificationValues.attributes(of: first), path: first)
+        #expect(values.map(\.path) == [first, second] && values.map(\.value) == [[1], [2]])
+        #expect(ReadCharacteristic(second).path == second && ReadCharacteristic(first).instance == nil)
     }
 
     @Test("other kinds are not Bluetooth events; malformed ones are errors")

@@ -48,6 +48,18 @@ struct RequestValidationTests {
             type: "ble.startAdvertising", field: "advertisement.appearance",
             template: #"{"type":"ble.startAdvertising","id":4,"advertisement":{"appearance":VALUE}}"#
         ) { try $0.checkIntegerFields(); _ = try $0.decode(StartAdvertising.self) },
+        Case(
+            type: "ble.read", field: "instance",
+            template: #"{"type":"ble.read","id":4,"peripheral":"AA:BB:CC:DD:EE:FF","service":"181a","characteristic":"2a6e","instance":VALUE}"#
+        ) { try $0.checkIntegerFields(); _ = try $0.decode(ReadCharacteristic.self) },
+        Case(
+            type: "ble.write", field: "instance",
+            template: #"{"type":"ble.write","id":4,"peripheral":"AA:BB:CC:DD:EE:FF","service":"181a","characteristic":"2a6e","instance":VALUE,"withResponse":true}"#
+        ) { try $0.checkIntegerFields(); _ = try $0.decode(WriteCharacteristic.self) },
+        Case(
+            type: "ble.notify", field: "instance",
+            template: #"{"type":"ble.notify","id":4,"peripheral":"AA:BB:CC:DD:EE:FF","service":"181a","characteristic":"2a6e","instance":VALUE,"enabled":true}"#
+        ) { try $0.checkIntegerFields(); _ = try $0.decode(SetNotify.self) },
         Case(type: "hello", field: "versions[1]", template: #"{"type":"hello","versions":[1,VALUE],"role":"control"}"#) {
             try $0.checkIntegerFields()
             _ = try $0.decode(Hello.self)
@@ -126,7 +138,7 @@ struct RequestValidationTests {
     func table() {
         let expected: Set = [
             "hello", "endBackgroundTask", "ack", "log", "openSession", "write", "closeSession", "ble.startAdvertising",
-            "ble.respond",
+            "ble.respond", "ble.read", "ble.write", "ble.notify",
         ]
         #expect(Set(IntegerField.requests.keys) == expected)
         #expect(Set(Self.cases.map(\.type)) == expected, "a case per request")

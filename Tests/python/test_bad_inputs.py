@@ -260,6 +260,7 @@ class BrokenConfigTests(unittest.TestCase):
         "wide-int": (b"event-queue-limit = 99999999999999999999\n", None, "does not fit in 64 bits"),
         "tiny-buffer": (b"session-buffer-limit = 1\n", "session-buffer-limit", "must be an integer from 1024"),
         "huge-timeout": (b"bluetooth-request-timeout = 1e12\n", "bluetooth-request-timeout", "from 0.1 to 300"),
+        "bad-adapter": (b'bluetooth-adapter = "usb0"\n', "bluetooth-adapter", "must name an adapter: hciN or its address"),
         "warning-past-limit": (b"[timings]\nbackground-time-limit = 5\nexpiration-warning = 5\n",
                                "timings.expiration-warning", "must be shorter than background-time-limit"),
         "wrong-type-seconds": (b'[timings]\nwake-budget = "10 s"\n', "timings.wake-budget", "not a string"),

@@ -516,6 +516,15 @@ CONTROL_RANGE_CASES = [
     ("ble.respond", "request", '{"type":"ble.respond","id":@ID@,"request":@VALUE@}'),
     ("ble.startAdvertising", "advertisement.appearance",
      '{"type":"ble.startAdvertising","id":@ID@,"advertisement":{"appearance":@VALUE@}}'),
+    ("ble.read", "instance",
+     '{"type":"ble.read","id":@ID@,"peripheral":"AA:BB:CC:DD:EE:FF","service":"181a","characteristic":"2a6e",'
+     '"instance":@VALUE@}'),
+    ("ble.write", "instance",
+     '{"type":"ble.write","id":@ID@,"peripheral":"AA:BB:CC:DD:EE:FF","service":"181a","characteristic":"2a6e",'
+     '"instance":@VALUE@,"withResponse":true}'),
+    ("ble.notify", "instance",
+     '{"type":"ble.notify","id":@ID@,"peripheral":"AA:BB:CC:DD:EE:FF","service":"181a","characteristic":"2a6e",'
+     '"instance":@VALUE@,"enabled":true}'),
 ]
 APP_RANGE_CASES = CONTROL_RANGE_CASES[1:] + [
     ("endBackgroundTask", "task", '{"type":"endBackgroundTask","id":@ID@,"task":@VALUE@}'),
@@ -523,7 +532,8 @@ APP_RANGE_CASES = CONTROL_RANGE_CASES[1:] + [
 OUT_OF_RANGE = ["-1", "9223372036854775808", "-9223372036854775808", "-9223372036854775809",
                 "18446744073709551616", "1.5", "1e300", "1e400", "true", '"7"', "null"]
 # null is "absent" for an optional member (a valid request, not sent here); for a required one, invalidArgument.
-OPTIONAL_MEMBERS = {("log", "limit"), ("ble.startAdvertising", "advertisement.appearance")}
+OPTIONAL_MEMBERS = {("log", "limit"), ("ble.startAdvertising", "advertisement.appearance"), ("ble.read", "instance"),
+                    ("ble.write", "instance"), ("ble.notify", "instance")}
 
 
 def range_values(type_name, field):

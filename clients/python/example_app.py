@@ -46,8 +46,10 @@ def main():
                              "or notifications gather into batches")
     parser.add_argument("--ble-peripheral", default=None, metavar="ADDRESS",
                         help="create a central manager, connect to this peripheral and stay connected")
-    parser.add_argument("--ble-notify", action="append", default=[], metavar="SERVICE/CHARACTERISTIC",
-                        help="subscribe to this characteristic of --ble-peripheral (repeatable)")
+    parser.add_argument("--ble-notify", action="append", default=[], metavar="SERVICE/CHARACTERISTIC[#INSTANCE]",
+                        help="subscribe to this characteristic of --ble-peripheral (repeatable; #1: the second of its UUID)")
+    parser.add_argument("--ble-adapter", default=None, metavar="ADAPTER",
+                        help="connect to --ble-peripheral through this adapter (hci1, or its address)")
     parser.add_argument("--ble-acquire", choices=["auto", "true", "false"], default="auto",
                         help="ble.notify's acquire: auto (absent: AcquireNotify where possible), true or false (StartNotify)")
     parser.add_argument("--restore-id", default=None, help="the central or peripheral manager's restore identifier")
@@ -111,12 +113,15 @@ def main():
                 for monitor in options.ble_monitor:
                     app.request("ble.monitor.start", **json.loads(monitor))
             if restored is None and options.ble_peripheral:
-                app.request("ble.connect", peripheral=options.ble_peripheral)
+                adapter = {} if options.ble_adapter is None else {"adapter": options.ble_adapter}
+                app.request("ble.connect", peripheral=options.ble_peripheral, **adapter)
                 acquire = {} if options.ble_acquire == "auto" else {"acquire": options.ble_acquire == "true"}
                 for path in options.ble_notify:
+                    path, _, instance = path.partition("#")
                     service, characteristic = path.split("/")
+                    which = {"instance": int(instance)} if instance else {}
                     app.request("ble.notify", peripheral=options.ble_peripheral, service=service,
-                                characteristic=characteristic, enabled=True, **acquire)
+                                characteristic=characteristic, enabled=True, **acquire, **which)
             record(kind="bleReady")
         reads = 0
         if options.ble_serve:
@@ -140,7 +145,8 @@ def main():
                 # The values and the end of their handling in one write: one line per value.
                 record_all([dict(kind="event", seq=item.seq, eventKind=item.kind, redelivered=item.redelivered,
                                  attributes={"peripheral": v.peripheral, "service": v.service,
-                                             "characteristic": v.characteristic},
+                                             "characteristic": v.characteristic,
+                                             **({"instance": v.instance} if v.instance else {})},
                                  payloadHex=v.value.hex(), batch=len(item.values)) for v in item.values]
                            + [dict(kind="finished", seq=item.seq)])
                 if options.ack_delay > 0:

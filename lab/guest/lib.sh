@@ -127,18 +127,27 @@ lab_adapter_powered() {
 
 # Both controllers finished their setup: the kernel lists an index in mgmt
 # only after that succeeded.
+# How many btvirt controllers (hci0 ... hciN-1): 2 (BlueZ's hci0, the peers'
+# hci1) unless a test asks for more with lab_bt_relayout.
+LAB_BT_CONTROLLERS="${LAB_BT_CONTROLLERS:-2}"
+
 lab_bt_indexes_ready() {  # [SECS]
-  /usr/bin/python3 "$LAB_REPO/lab/guest/mgmt_wait.py" --timeout "${1:-$LAB_TIMEOUT}" 0 1
+  /usr/bin/python3 "$LAB_REPO/lab/guest/mgmt_wait.py" --timeout "${1:-$LAB_TIMEOUT}" $(seq 0 $((LAB_BT_CONTROLLERS - 1)))
 }
 
 lab_bt_init_done() {
-  [[ -e /sys/kernel/debug/bluetooth/hci0/hci_version && -e /sys/kernel/debug/bluetooth/hci1/hci_version ]]
+  local i
+  for ((i = 0; i < LAB_BT_CONTROLLERS; i++)); do
+    [[ -e /sys/kernel/debug/bluetooth/hci$i/hci_version ]] || return 1
+  done
+  # More controllers than asked for (a test's relayout left over): not this layout.
+  [[ ! -e /sys/kernel/debug/bluetooth/hci$LAB_BT_CONTROLLERS ]]
 }
 
 # LAB_BT_MODE=le (default): btvirt -L, LE-only controllers; dual: btvirt's
 # BR/EDR/LE controllers, for Bluetooth Classic (RFCOMM) tests.  Asking for
 # the other mode than the running btvirt's restarts btvirt and bluetoothd.
-lab_bt_controllers() {  # btvirt: hci0 + hci1 on one emulated link
+lab_bt_controllers() {  # btvirt: hci0 + hci1 (+ more, LAB_BT_CONTROLLERS) on one emulated link
   local mode="${LAB_BT_MODE:-le}" flags=-L
   [[ "$mode" == dual ]] && flags=
   if lab_daemon_alive btvirt && lab_bt_init_done; then
@@ -157,7 +166,7 @@ lab_bt_controllers() {  # btvirt: hci0 + hci1 on one emulated link
   local attempt mark deadline
   for attempt in 1 2 3; do
     mark="$(dmesg | wc -l)"
-    lab_daemon btvirt btvirt $flags -l2 || return 1
+    lab_daemon btvirt btvirt $flags -l"$LAB_BT_CONTROLLERS" || return 1
     echo "$mode" > "$LAB_RUN/btvirt.mode"
     # Cheap wait first (debugfs gets hci_version once a controller's init
     # succeeded), so no heavy process competes with btvirt in the meantime;
@@ -169,11 +178,11 @@ lab_bt_controllers() {  # btvirt: hci0 + hci1 on one emulated link
         break
       fi
       # A failed setup never recovers: restart at once.
-      dmesg | tail -n +"$((mark + 1))" | grep -q 'hci[01]: .*failed: -110' && break
+      dmesg | tail -n +"$((mark + 1))" | grep -Eq 'hci[0-9]+: .*failed: -110' && break
       ((SECONDS >= deadline)) && break
       sleep 0.1
     done
-    lab_log "btvirt controllers not ready (attempt $attempt; usual for the first start in a cold TCG guest), retrying: $(dmesg | tail -n +"$((mark + 1))" | grep -i 'hci[01]' | tail -n 2 | tr '\n' ' ')"
+    lab_log "btvirt controllers not ready (attempt $attempt; usual for the first start in a cold TCG guest), retrying: $(dmesg | tail -n +"$((mark + 1))" | grep -Ei 'hci[0-9]+' | tail -n 2 | tr '\n' ' ')"
     lab_daemon_stop btvirt
     lab_wait_for 10 "hci0/hci1 to go away" lab_not test -e /sys/class/bluetooth/hci0 || return 1
   done
@@ -219,6 +228,23 @@ lab_bt_power() {  # lab_bt_power hci0 on|off
 
 lab_bt_up() {
   lab_dbus_up && lab_bt_controllers && lab_bluetoothd_up
+}
+
+# lab_bt_relayout N: btvirt again with N controllers (hci0 ... hciN-1) on
+# one link; bluetoothd stays and follows the controllers (it powers none:
+# AutoEnable=false), hci0 is powered again. A test that needs more than two
+# calls it with N, and with 2 when it is done, so the tests after it find
+# the usual layout.
+lab_bt_relayout() {
+  local n="$1"
+  lab_dbus_up || return 1
+  lab_daemon_stop btvirt
+  lab_wait_for 10 "btvirt's controllers to go away" lab_not test -e /sys/class/bluetooth/hci0 || return 1
+  LAB_BT_CONTROLLERS="$n" lab_bt_controllers || return 1
+  lab_bluetoothd_up || return 1
+  lab_wait_for "$LAB_TIMEOUT" "bluetoothd's adapter hci0 (org.bluez /org/bluez/hci0 Address)" \
+    lab_adapter_address hci0 || return 1
+  lab_bt_power hci0 on
 }
 
 # -------------------------------------------------------------- peers ----

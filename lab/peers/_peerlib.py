@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import errno
 import json
 import os
@@ -131,7 +132,8 @@ def install_signal_commands(mapping: dict[int, str], handle: Callable[[str], Awa
     loop.add_signal_handler(signal.SIGINT, stop.set)
 
 
-async def refresh_advertising_loop(device, interval: float, active: Callable[[], bool]) -> None:
+async def refresh_advertising_loop(device, interval: float, active: Callable[[], bool],
+                                   lock: "asyncio.Lock | None" = None) -> None:
     """Re-announce a Bumble device's legacy advertising every `interval` s.
 
     The lab's emulated controllers (btvirt) send an advertising report only
@@ -140,6 +142,16 @@ async def refresh_advertising_loop(device, interval: float, active: Callable[[],
     discovery, and then a scanner only sees the device at BlueZ's next scan
     restart (every ~10 s).  Toggling advertising off and on makes the peer
     behave like a real periodic advertiser.  Use 0 with a real radio.
+
+    The cost: for the few milliseconds between off and on the peer is not
+    connectable, and btvirt fails an LE Create Connection that lands there
+    at once (0x3e), where a real controller would keep initiating. The
+    guest's kernel (Debian 6.1) never finishes such a connection: BlueZ's
+    Connect goes unanswered and hci0 connects to nothing until btvirt is
+    laid out again (btvirt also refuses the cancel). A peer that a central
+    connects to many times should stop refreshing once it has been found
+    (`active` false); `lock` is held while a toggle is under way, so a
+    caller can wait for one in flight to end.
     """
     if interval <= 0:
         await asyncio.Event().wait()
@@ -150,12 +162,13 @@ async def refresh_advertising_loop(device, interval: float, active: Callable[[],
         await asyncio.sleep(interval)  # a period, not a wait for a condition
         if not active() or device.connections or not getattr(device, "legacy_advertiser", None):
             continue
-        for enable in (0, 1):
-            try:
-                await device.send_sync_command_raw(
-                    hci.HCI_LE_Set_Advertising_Enable_Command(advertising_enable=enable))
-            except Exception:  # a connection raced us: Bumble handles it
-                pass
+        async with lock or contextlib.nullcontext():
+            for enable in (0, 1):
+                try:
+                    await device.send_sync_command_raw(
+                        hci.HCI_LE_Set_Advertising_Enable_Command(advertising_enable=enable))
+                except Exception:  # a connection raced us: Bumble handles it
+                    pass
 
 
 def die(msg: str, code: int = 1) -> None:

@@ -27,6 +27,11 @@ SIGUSR2 = power-on):
   disconnect         disconnect everyone (reason 0x13), keep advertising
   stop-notify        stop sending notifications / start-notify: resume
   set-rate N         change the base heart rate
+  adv-refresh on|off re-announce advertising every --adv-refresh s (on, the
+                     default) or not; event "adv-refresh" once no toggle is
+                     under way. A central that connects again and again
+                     turns it off once it has found the monitor (see
+                     _peerlib.refresh_advertising_loop)
   quit               exit
 
 --no-notify (alias --broken) accepts subscriptions but never notifies: used to
@@ -94,6 +99,8 @@ class HeartRateMonitor:
         self.seq = 0
         self.notifying = not args.no_notify
         self.powered = True
+        self.refreshing = True
+        self.refresh_lock = asyncio.Lock()
         self.subscribers: set = set()
         self.device: Device | None = None
         self.wake = asyncio.Event()
@@ -226,6 +233,11 @@ class HeartRateMonitor:
             self.wake.set()
         elif name == "set-rate" and len(parts) == 2:
             self.rate = int(parts[1])
+        elif name == "adv-refresh" and len(parts) == 2 and parts[1] in ("on", "off"):
+            self.refreshing = parts[1] == "on"
+            async with self.refresh_lock:  # a toggle under way ends first
+                pass
+            self.events.emit("adv-refresh", on=self.refreshing)
         elif name == "quit":
             return False
         else:
@@ -248,7 +260,8 @@ class HeartRateMonitor:
             _peerlib.mark_ready(a.ready_file)
             tasks = [asyncio.ensure_future(self.notify_loop()),
                      asyncio.ensure_future(_peerlib.refresh_advertising_loop(
-                         self.device, a.adv_refresh, lambda: self.powered)),
+                         self.device, a.adv_refresh, lambda: self.powered and self.refreshing,
+                         self.refresh_lock)),
                      asyncio.ensure_future(_peerlib.control_loop(a.control, self.command)),
                      asyncio.ensure_future(stop.wait())]
             done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)

@@ -65,6 +65,9 @@ struct BridgePlanner: Sendable, Equatable {
             return []
         case .monitorFound, .monitorLost, .advertisement, .advertisementsLost:
             return []  // the bridge starts no advertisement monitor
+        case .adapterStateChanged:
+            // The bridge uses the default adapter, whose state is `.stateChanged`.
+            return []
         case .pairingRequest, .pairingCancelled:
             // A monitor that needs a bond pairs with Just Works, which vigild
             // accepts for a device the bridge connects to; passkeys are not asked here.

@@ -75,7 +75,8 @@ extension BluetoothComponent {
         case StartScan.type:
             let request: StartScan = try message.decode()
             try now { central throws(ProtocolError) in
-                try central.startScan(client, services: request.services, allowDuplicates: request.allowDuplicates ?? false)
+                try central.startScan(
+                    client, services: request.services, allowDuplicates: request.allowDuplicates ?? false, adapter: request.adapter)
                 return Done()
             }
         case StopScan.type:
@@ -85,7 +86,7 @@ extension BluetoothComponent {
         case ConnectPeripheral.type:
             let request: ConnectPeripheral = try message.decode()
             try now { central throws(ProtocolError) in
-                try central.connect(client, address: request.peripheral)
+                try central.connect(client, address: request.peripheral, adapter: request.adapter)
                 return Done()
             }
         case CancelPeripheralConnection.type:
@@ -96,7 +97,7 @@ extension BluetoothComponent {
             }
         case SetNotify.type:
             let request: SetNotify = try message.decode()
-            let path = CharacteristicPath(peripheral: request.peripheral, service: request.service, characteristic: request.characteristic)
+            let path = request.path
             try now { central throws(ProtocolError) in
                 try central.setNotify(client, path, enabled: request.enabled, acquire: request.acquire)
                 return Done()
@@ -108,16 +109,16 @@ extension BluetoothComponent {
             }
         case ReadCharacteristic.type:
             let request: ReadCharacteristic = try message.decode()
-            let path = CharacteristicPath(peripheral: request.peripheral, service: request.service, characteristic: request.characteristic)
+            let path = request.path
             later { central throws(ProtocolError) in
                 (CharacteristicValue(), try await central.read(client, path, descriptor: request.descriptor))
             }
         case WriteCharacteristic.type:
             let request: WriteCharacteristic = try message.decode()
-            let path = CharacteristicPath(peripheral: request.peripheral, service: request.service, characteristic: request.characteristic)
+            let path = request.path
             let value = message.body
             later { central throws(ProtocolError) in
-                try await central.write(client, path, value: value, withResponse: request.withResponse)
+                try await central.write(client, path, value: value, withResponse: request.withResponse, descriptor: request.descriptor)
                 return (Done(), [])
             }
         default:
@@ -153,7 +154,7 @@ extension BluetoothComponent {
         case AddService.type:
             let request: AddService = try message.decode()
             later { peripheral throws(ProtocolError) in
-                try await peripheral.addService(client, request.service)
+                try await peripheral.addService(client, request.service, adapter: request.adapter)
                 return (Done(), [])
             }
         case RemoveService.type:
@@ -165,7 +166,7 @@ extension BluetoothComponent {
         case StartAdvertising.type:
             let request: StartAdvertising = try message.decode()
             later { peripheral throws(ProtocolError) in
-                try await peripheral.startAdvertising(client, request.advertisement)
+                try await peripheral.startAdvertising(client, request.advertisement, adapter: request.adapter)
                 return (Done(), [])
             }
         case StopAdvertising.type:

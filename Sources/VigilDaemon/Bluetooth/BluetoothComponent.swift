@@ -39,7 +39,7 @@ final class BluetoothComponent: DaemonComponent {
             return
         }
         let loop = services.loop
-        let central = BluetoothCentral(loop: loop, log: { logger.info("\($0)") })
+        let central = BluetoothCentral(loop: loop, adapter: config.bluetoothAdapter, log: { logger.info("\($0)") })
         let peripheral = BluetoothPeripheral(
             loop: loop, central: central, requestTimeout: .milliseconds(Int(config.bluetoothRequestTimeout * 1000)),
             log: { logger.info("\($0)") })

@@ -32,6 +32,16 @@ def test_notification_batches_decode_in_order() -> None:
         vigil.notification_values(attributes, b"\x05\x00\x01")
 
 
+def test_notification_batches_carry_instances() -> None:
+    attributes = {"peripheral": "AA", "service": "s", "characteristic": "c", "instance": 1, "framing": "u16le"}
+    other = b"AA s c 0"
+    body = b"\x01\x00\x01" + b"\xff\xff" + len(other).to_bytes(2, "little") + other + b"\x01\x00\x02"
+    values = vigil.notification_values(attributes, body)
+    assert [(v.instance, v.value) for v in values] == [(1, b"\x01"), (0, b"\x02")]
+    with pytest.raises(vigil.VigilError):
+        vigil.notification_values({**attributes, "instance": -1}, body)
+
+
 def test_ledger_acknowledges_up_to_the_oldest_held_event() -> None:
     sent: list[int] = []
     ledger = Ledger(sent.append)

@@ -39,6 +39,10 @@ class Characteristic:
     properties: tuple[str, ...]
     descriptors: tuple[Descriptor, ...] = ()
     notifying: bool = False
+    #: Which characteristic of this UUID in its service: 0 the first by handle, 1 the second.
+    instance: int = 0
+    #: Its ATT handle as BlueZ reports it (None from older daemons).
+    handle: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,9 +51,14 @@ class Service:
     primary: bool
     characteristics: tuple[Characteristic, ...]
 
-    def get_characteristic(self, uuid: str) -> Characteristic | None:
+    def get_characteristic(self, uuid: str, instance: int = 0) -> Characteristic | None:
         wanted = normalize_uuid(uuid)
-        return next((c for c in self.characteristics if c.uuid == wanted), None)
+        return next((c for c in self.characteristics if c.uuid == wanted and c.instance == instance), None)
+
+    def get_characteristics(self, uuid: str) -> list[Characteristic]:
+        """Every characteristic with this UUID, in handle order (instance 0, 1, ...)."""
+        wanted = normalize_uuid(uuid)
+        return [c for c in self.characteristics if c.uuid == wanted]
 
 
 class Services:
@@ -65,7 +74,8 @@ class Services:
             characteristics=tuple(Characteristic(
                 uuid=str(c["uuid"]), service_uuid=str(s["uuid"]), properties=tuple(c.get("properties") or ()),
                 descriptors=tuple(Descriptor(str(d["uuid"])) for d in c.get("descriptors") or ()),
-                notifying=bool(c.get("notifying", False)))
+                notifying=bool(c.get("notifying", False)), instance=int(c.get("instance") or 0),
+                handle=c.get("handle"))
                 for c in s.get("characteristics") or ()))
             for s in services)
 
@@ -84,11 +94,14 @@ class Services:
         wanted = normalize_uuid(uuid)
         found = [c for s in self.services for c in s.characteristics if c.uuid == wanted]
         if len(found) > 1:
-            raise VigilError("invalidArgument", f"{uuid} is in several services: name it as (service, characteristic)")
+            raise VigilError("invalidArgument", f"{uuid} occurs {len(found)} times: name it as (service, characteristic, instance)"
+                             " or pass the Characteristic")
         return found[0] if found else None
 
 
-CharacteristicSpecifier = Union[str, Characteristic, tuple[str, str]]
+#: A UUID (unique on the peripheral), a `Characteristic` from `get_services()`,
+#: `(service, characteristic)` or `(service, characteristic, instance)`.
+CharacteristicSpecifier = Union[str, Characteristic, tuple[str, str], tuple[str, str, int]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +123,8 @@ class Device:
     paired: bool | None = None
     bonded: bool | None = None
     trusted: bool | None = None
+    #: The adapter it is seen through ("hci0"; None from older daemons).
+    adapter: str | None = None
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> Device:
@@ -120,4 +135,4 @@ class Device:
             manufacturer_data={int(k): bytes.fromhex(v) for k, v in (obj.get("manufacturerData") or {}).items()},
             service_data={str(k): bytes.fromhex(v) for k, v in (obj.get("serviceData") or {}).items()},
             tx_power=obj.get("txPower"), mtu=obj.get("mtu"),
-            paired=obj.get("paired"), bonded=obj.get("bonded"), trusted=obj.get("trusted"))
+            paired=obj.get("paired"), bonded=obj.get("bonded"), trusted=obj.get("trusted"), adapter=obj.get("adapter"))

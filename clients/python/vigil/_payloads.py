@@ -22,6 +22,8 @@ class NotificationValue:
     service: str
     characteristic: str
     value: bytes
+    #: Which characteristic of that UUID in its service (0: the first by handle).
+    instance: int = 0
 
 
 def notification_values(attributes: Mapping[str, Any], body: bytes) -> list[NotificationValue]:
@@ -29,12 +31,16 @@ def notification_values(attributes: Mapping[str, Any], body: bytes) -> list[Noti
     "Notification batches"). Without `framing` the body is one value; with
     `framing: "u16le"` it is records: u16 LE length n (< 0xFFFF) and n bytes, a
     value of the event's characteristic; or 0xFFFF, u16 m, m bytes of UTF-8
-    "peripheral service characteristic", then a value record of that one."""
+    "peripheral service characteristic" (and " instance" when not 0), then a
+    value record of that one."""
+    instance = attributes.get("instance", 0)
+    if not isinstance(instance, int) or isinstance(instance, bool) or not 0 <= instance < 65536:
+        raise VigilError("invalidArgument", f"ble.notification: instance {instance!r} is not a characteristic instance")
     own = (str(attributes.get("peripheral", "")), str(attributes.get("service", "")),
            str(attributes.get("characteristic", "")))
     framing = attributes.get("framing")
     if framing is None:
-        return [NotificationValue(*own, bytes(body))]
+        return [NotificationValue(*own, bytes(body), instance)]
     if framing != "u16le":
         raise VigilError("invalidArgument", f"ble.notification: unknown framing {framing!r}")
     view = memoryview(body)
@@ -49,17 +55,18 @@ def notification_values(attributes: Mapping[str, Any], body: bytes) -> list[Noti
         return view[offset - count:offset]
 
     while offset < len(view):
-        path = own
+        path, path_instance = own, instance
         length = int.from_bytes(take(2), "little")
         if length == _OTHER_CHARACTERISTIC:
             parts = bytes(take(int.from_bytes(take(2), "little"))).decode().split(" ")
-            if len(parts) != 3 or not all(parts):
+            if len(parts) not in (3, 4) or not all(parts) or (len(parts) == 4 and not parts[3].isdigit()):
                 raise VigilError("invalidArgument", f"ble.notification: {' '.join(parts)!r} does not name a characteristic")
             path = (parts[0], parts[1], parts[2])
+            path_instance = int(parts[3]) if len(parts) == 4 else 0
             length = int.from_bytes(take(2), "little")
             if length == _OTHER_CHARACTERISTIC:
                 raise VigilError("invalidArgument", "ble.notification: two characteristic records in a row")
-        values.append(NotificationValue(*path, bytes(take(length))))
+        values.append(NotificationValue(*path, bytes(take(length)), path_instance))
     return values
 
 

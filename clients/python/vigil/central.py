@@ -57,6 +57,11 @@ class Central:
         self._state_changed = asyncio.Event()
         self._pump: asyncio.Task[None] | None = None
         self.state_callback: Callable[[str], Any] | None = None
+        #: `(adapter, state)` when an adapter chosen by name or address (not
+        #: the default, which `state` follows) is powered off or on, vanishes
+        #: (`unsupported`) or comes back (`ble.adapterState`).
+        self.adapter_state_callback: Callable[[str, str], Any] | None = None
+        self.adapter_states: dict[str, str] = {}
         #: Called with each pairing prompt (`ble.pairingRequest`'s attributes:
         #: request, peripheral, kind, passkey, timeout, ...); answer it with
         #: `respond_pairing` before `timeout` seconds pass.
@@ -111,6 +116,11 @@ class Central:
             self._state_changed.set()
             if self.state_callback is not None:
                 await _call(self.state_callback, self.state)
+        elif kind == "ble.adapterState":
+            adapter, state = str(attributes.get("adapter", "")), str(attributes.get("state", "unknown"))
+            self.adapter_states[adapter] = state
+            if self.adapter_state_callback is not None:
+                await _call(self.adapter_state_callback, adapter, state)
         elif kind == "ble.discovered":
             device = Device.from_json(attributes)
             for scanner in list(self._scanners):
@@ -118,6 +128,8 @@ class Central:
         elif kind in ("ble.connected", "ble.disconnected"):
             client = self._clients.get(str(attributes.get("peripheral", "")).upper())
             if client is not None:
+                if attributes.get("adapter") is not None:
+                    client.adapter = str(attributes["adapter"])
                 if kind == "ble.connected":
                     client._connected()
                 else:
@@ -196,9 +208,10 @@ class Central:
         return [Device.from_json(p) for p in reply.get("peripherals") or ()]
 
     def scanner(self, services: Iterable[str] | None = None, allow_duplicates: bool = False,
-                detection_callback: Callable[[Device], Any] | None = None) -> Scanner:
-        """A scanner (Bleak: BleakScanner): `async with central.scanner() as s: async for d in s.advertisements()`."""
-        return Scanner(self, services, allow_duplicates, detection_callback)
+                detection_callback: Callable[[Device], Any] | None = None, adapter: str | None = None) -> Scanner:
+        """A scanner (Bleak: BleakScanner): `async with central.scanner() as s: async for d in s.advertisements()`.
+        `adapter`: "hci1" or an adapter's address (Bleak's `adapter=`); None: the daemon's default."""
+        return Scanner(self, services, allow_duplicates, detection_callback, adapter)
 
     async def discover(self, timeout: float = 5.0, services: Iterable[str] | None = None) -> list[Device]:
         """Scans for `timeout` seconds; every device seen (Bleak: BleakScanner.discover)."""
@@ -233,20 +246,23 @@ class Central:
         reply = await self._client.request("ble.monitors")
         return list(reply.get("monitors") or ())
 
-    def client(self, address: str | Device, disconnected_callback: Callable[[BLEClient], Any] | None = None
-               ) -> BLEClient:
-        """A client for one peripheral (Bleak: BleakClient); `connect()` or `async with` it."""
+    def client(self, address: str | Device, disconnected_callback: Callable[[BLEClient], Any] | None = None,
+               adapter: str | None = None) -> BLEClient:
+        """A client for one peripheral (Bleak: BleakClient); `connect()` or `async with` it.
+        `adapter`: the adapter to connect through ("hci1" or its address); None: the daemon's default."""
         key = (address.address if isinstance(address, Device) else address).upper()
         client = self._clients.get(key)
         if client is None:
             client = self._clients[key] = BLEClient(self, key, disconnected_callback)
         elif disconnected_callback is not None:
             client.disconnected_callback = disconnected_callback
+        if adapter is not None:
+            client.adapter = adapter
         return client
 
-    def connect(self, address: str | Device, timeout: float | None = None) -> BLEClient:
+    def connect(self, address: str | Device, timeout: float | None = None, adapter: str | None = None) -> BLEClient:
         """`async with central.connect(address) as client:` connects on entry, disconnects on exit."""
-        client = self.client(address)
+        client = self.client(address, adapter=adapter)
         client._enter_timeout = timeout
         return client
 
@@ -256,8 +272,9 @@ class Scanner:
     starting another replaces it."""
 
     def __init__(self, central: Central, services: Iterable[str] | None, allow_duplicates: bool,
-                 detection_callback: Callable[[Device], Any] | None) -> None:
+                 detection_callback: Callable[[Device], Any] | None, adapter: str | None = None) -> None:
         self._central = central
+        self.adapter = adapter
         self.services = None if services is None else [normalize_uuid(s) for s in services]
         self.allow_duplicates = allow_duplicates
         self.detection_callback = detection_callback
@@ -268,6 +285,8 @@ class Scanner:
         members: dict[str, Any] = {"allowDuplicates": self.allow_duplicates}
         if self.services is not None:
             members["services"] = self.services
+        if self.adapter is not None:
+            members["adapter"] = self.adapter
         self._central._scanners.append(self)
         self._central._start()
         await self._central._client.request("ble.scan", **members)
@@ -322,7 +341,10 @@ class BLEClient:
         self.connections = 0
         self._is_connected = False
         self._connected_event = asyncio.Event()
-        self._subscriptions: dict[tuple[str, str], _Subscription] = {}
+        self._subscriptions: dict[tuple[str, str, int], _Subscription] = {}
+        #: The adapter to connect through (None: the daemon's default); the
+        #: adapter of the link, as `ble.connected` said, once connected.
+        self.adapter: str | None = None
         self._values: Mailbox[NotificationValue] = Mailbox()
         self._enter_timeout: float | None = None
 
@@ -352,7 +374,7 @@ class BLEClient:
         self._values.close()
 
     async def _notified(self, value: NotificationValue) -> None:
-        subscription = self._subscriptions.get((value.service, value.characteristic))
+        subscription = self._subscriptions.get((value.service, value.characteristic, value.instance))
         if subscription is None:
             return
         self._values.put(value)
@@ -364,7 +386,8 @@ class BLEClient:
         """Asks the daemon for the link and waits until it is up (it never
         gives up by itself: `timeout` seconds raise TimeoutError and cancel the request)."""
         self._central._start()
-        await self._central._client.request("ble.connect", peripheral=self.address)
+        members: dict[str, Any] = {} if self.adapter is None else {"adapter": self.adapter}
+        await self._central._client.request("ble.connect", peripheral=self.address, **members)
         try:
             await asyncio.wait_for(self._connected_event.wait(), timeout)
         except asyncio.TimeoutError:
@@ -403,34 +426,48 @@ class BLEClient:
             return specifier
         if isinstance(specifier, tuple):
             service, uuid = normalize_uuid(specifier[0]), normalize_uuid(specifier[1])
+            instance = int(specifier[2]) if len(specifier) > 2 else 0
             found = None if self.services is None else self.services.get_service(service)
-            known = None if found is None else found.get_characteristic(uuid)
-            return known or Characteristic(uuid, service, ())
+            known = None if found is None else found.get_characteristic(uuid, instance)
+            return known or Characteristic(uuid, service, (), instance=instance)
         services = self.services or await self.get_services()
         characteristic = services.get_characteristic(specifier)
         if characteristic is None:
             raise VigilError("notFound", f"{self.address} has no characteristic {specifier}")
         return characteristic
 
+    @staticmethod
+    def _path(char: Characteristic) -> dict[str, Any]:
+        members: dict[str, Any] = {"service": char.service_uuid, "characteristic": char.uuid}
+        if char.instance:
+            members["instance"] = char.instance
+        return members
+
     async def read_gatt_char(self, specifier: CharacteristicSpecifier) -> bytearray:
         char = await self._resolve(specifier)
-        reply = await self._central._client.request(
-            "ble.read", peripheral=self.address, service=char.service_uuid, characteristic=char.uuid)
+        reply = await self._central._client.request("ble.read", peripheral=self.address, **self._path(char))
         return bytearray(reply.body)
 
     async def read_gatt_descriptor(self, specifier: CharacteristicSpecifier, descriptor: str) -> bytearray:
         char = await self._resolve(specifier)
         reply = await self._central._client.request(
-            "ble.read", peripheral=self.address, service=char.service_uuid, characteristic=char.uuid,
-            descriptor=normalize_uuid(descriptor))
+            "ble.read", peripheral=self.address, descriptor=normalize_uuid(descriptor), **self._path(char))
         return bytearray(reply.body)
 
     async def write_gatt_char(self, specifier: CharacteristicSpecifier, data: bytes | bytearray,
                               response: bool = True) -> None:
         char = await self._resolve(specifier)
         await self._central._client.request(
-            "ble.write", body=bytes(data), peripheral=self.address, service=char.service_uuid,
-            characteristic=char.uuid, withResponse=response)
+            "ble.write", body=bytes(data), peripheral=self.address, withResponse=response, **self._path(char))
+
+    async def write_gatt_descriptor(self, specifier: CharacteristicSpecifier, descriptor: str,
+                                    data: bytes | bytearray) -> None:
+        """Writes a descriptor of the characteristic (with response). The CCCD
+        (2902) is BlueZ's: use start_notify."""
+        char = await self._resolve(specifier)
+        await self._central._client.request(
+            "ble.write", body=bytes(data), peripheral=self.address, descriptor=normalize_uuid(descriptor),
+            withResponse=True, **self._path(char))
 
     async def start_notify(self, specifier: CharacteristicSpecifier, callback: NotifyCallback | None = None,
                            *, acquire: bool | None = None) -> Characteristic:
@@ -438,24 +475,20 @@ class BLEClient:
         value, and `notifications()` yields them too. The daemon keeps the
         subscription across reconnects. `acquire`: docs/protocol.md, `ble.notify`."""
         char = await self._resolve(specifier)
-        key = (char.service_uuid, char.uuid)
+        key = (char.service_uuid, char.uuid, char.instance)
         self._subscriptions[key] = _Subscription(char, callback, Mailbox())
-        members: dict[str, Any] = {}
+        members: dict[str, Any] = self._path(char)
         if acquire is not None:
             members["acquire"] = acquire
-        await self._central._client.request(
-            "ble.notify", peripheral=self.address, service=char.service_uuid, characteristic=char.uuid,
-            enabled=True, **members)
+        await self._central._client.request("ble.notify", peripheral=self.address, enabled=True, **members)
         return char
 
     async def stop_notify(self, specifier: CharacteristicSpecifier) -> None:
         char = await self._resolve(specifier)
-        subscription = self._subscriptions.pop((char.service_uuid, char.uuid), None)
+        subscription = self._subscriptions.pop((char.service_uuid, char.uuid, char.instance), None)
         if subscription is not None:
             subscription.values.close()
-        await self._central._client.request(
-            "ble.notify", peripheral=self.address, service=char.service_uuid, characteristic=char.uuid,
-            enabled=False)
+        await self._central._client.request("ble.notify", peripheral=self.address, enabled=False, **self._path(char))
 
     async def notifications(self, specifier: CharacteristicSpecifier | None = None) -> AsyncIterator[NotificationValue]:
         """Values of subscribed characteristics (of one, if named), in order, as they come."""
@@ -463,7 +496,7 @@ class BLEClient:
             mailbox = self._values
         else:
             char = await self._resolve(specifier)
-            subscription = self._subscriptions.get((char.service_uuid, char.uuid))
+            subscription = self._subscriptions.get((char.service_uuid, char.uuid, char.instance))
             if subscription is None:
                 raise VigilError("invalidState", f"not subscribed to {char.uuid}: call start_notify first")
             mailbox = subscription.values

@@ -112,9 +112,11 @@ class PeripheralManager:
     def _close(self) -> None:
         self._requests.close()
 
-    async def add_service(self, service: Mapping[str, Any]) -> None:
-        """Publishes a service (`service_definition`); returns once BlueZ registered it."""
-        await self._client.request("ble.addService", service=dict(service), timeout=30.0)
+    async def add_service(self, service: Mapping[str, Any], adapter: str | None = None) -> None:
+        """Publishes a service (`service_definition`); returns once BlueZ registered it.
+        `adapter`: "hci1" or an adapter's address; None: the daemon's default."""
+        members: dict[str, Any] = {} if adapter is None else {"adapter": adapter}
+        await self._client.request("ble.addService", service=dict(service), timeout=30.0, **members)
         self.services[normalize_uuid(str(service["uuid"]))] = dict(service)
 
     async def remove_service(self, uuid: str | None = None) -> None:
@@ -128,7 +130,7 @@ class PeripheralManager:
     async def start_advertising(self, local_name: str | None = None, service_uuids: Iterable[str] = (),
                                 manufacturer_data: Mapping[int, bytes] | None = None,
                                 service_data: Mapping[str, bytes] | None = None,
-                                appearance: int | None = None) -> None:
+                                appearance: int | None = None, adapter: str | None = None) -> None:
         advertisement: dict[str, Any] = {}
         if local_name is not None:
             advertisement["localName"] = local_name
@@ -140,7 +142,8 @@ class PeripheralManager:
             advertisement["serviceData"] = {k: bytes(v).hex() for k, v in service_data.items()}
         if appearance is not None:
             advertisement["appearance"] = appearance
-        await self._client.request("ble.startAdvertising", advertisement=advertisement, timeout=30.0)
+        members: dict[str, Any] = {} if adapter is None else {"adapter": adapter}
+        await self._client.request("ble.startAdvertising", advertisement=advertisement, timeout=30.0, **members)
         self.advertisement = advertisement
 
     async def stop_advertising(self) -> None:
