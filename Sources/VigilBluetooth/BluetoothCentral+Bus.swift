@@ -223,8 +223,9 @@ extension BluetoothCentral {
         case (BlueZ.objectManager, "InterfacesRemoved"):
             guard message.body.count == 2, let object = message.body[0].objectPath else { return }
             let device = tree.device(at: object)
-            tree.interfacesRemoved(object, message.body[1].strings ?? [])
-            objectRemoved(object, device: device)
+            let interfaces = message.body[1].strings ?? []
+            tree.interfacesRemoved(object, interfaces)
+            objectRemoved(object, device: device, adapterRemoved: interfaces.contains(BlueZ.adapter))
         case (BlueZ.properties, "PropertiesChanged"):
             guard message.body.count >= 2, let interface = message.body[0].string else { return }
             let changed = message.body[1].dictionaryStringVariant ?? [:]
@@ -280,9 +281,11 @@ extension BluetoothCentral {
         if interfaces.contains(BlueZ.gattCharacteristic) { characteristicAppeared(path) }
     }
 
-    private func objectRemoved(_ path: ObjectPath, device: DeviceView?) {
-        if tree.adapter(at: path) == nil {
-            // An adapter gone takes its discovery with it.
+    private func objectRemoved(_ path: ObjectPath, device: DeviceView?, adapterRemoved: Bool) {
+        if adapterRemoved {
+            // An adapter gone takes its discovery with it. (Only then: every
+            // device and GATT object that goes would otherwise re-check the
+            // adapters and the state.)
             discoveries[path] = nil
             stateMayHaveChanged()
         }

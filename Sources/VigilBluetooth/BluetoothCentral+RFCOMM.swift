@@ -21,12 +21,13 @@ extension BluetoothCentral {
         guard state == .poweredOn else {
             throw ProtocolError(.unavailable, "Bluetooth is \(state.rawValue); no RFCOMM channel can be opened")
         }
-        guard let device = tree.device(address: address) else {
+        // Through the default adapter: an RFCOMM request names no adapter (yet).
+        guard let adapter, let device = tree.device(address: address, adapter: adapter.path) else {
             throw ProtocolError(.notFound, "BlueZ does not know \(address): pair it first (or discover it)")
         }
         if device.addressType == "random" {
             throw ProtocolError(.invalidArgument, "\(address) is an LE device (random address): RFCOMM needs a BR/EDR device")
         }
-        return ClassicTarget(address: address, adapterAddress: adapter?.address, paired: device.paired, serviceUUIDs: device.serviceUUIDs)
+        return ClassicTarget(address: address, adapterAddress: adapter.address, paired: device.paired, serviceUUIDs: device.serviceUUIDs)
     }
 }

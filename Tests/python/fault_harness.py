@@ -14,7 +14,7 @@ figures and fail on any loss. What is here:
   it can be SIGKILLed and comes back in the same testbed, with the same state
   folder, at once.
 - `SecondCgroupMount`: lets a vigild inside a umockdev testbed use the cgroup
-  freezer (umockdev hides /sys; see platform-facts.md).
+  freezer (umockdev hides /sys, cgroupfs included).
 - Record files, processes, cgroups, and the numbered record stream.
 
 Run as a program, it is the supervisor:
