@@ -124,7 +124,7 @@ def answer_with_shown_passkey(peer, before):
 
 # ------------------------------------------- 1. SIGKILL mid-pairing ----
 peer = lab.Peer.start("killed", "pairing_peripheral.py", "--io", "display", "--security", "authenticated",
-                      "--address", KILLED)
+                      "--address", KILLED, timeout=120)
 connect(KILLED)
 prompted = threading.Event()
 outcome = {}
@@ -140,21 +140,24 @@ pairing = threading.Thread(target=pair_until_killed, daemon=True)
 pairing.start()
 if not prompted.wait(60):
     raise LabError(f"no passkey prompt reached the pairing client\n{daemon.diagnostics()}")
-failures_before = len(peer.events("pairing-failed"))
+ends_before = len(peer.events("pairing-failed")) + len(peer.events("disconnected"))
 daemon.sigkill()
 killed_at = time.monotonic()
 pairing.join(30)
-# BlueZ ends the pairing by itself: its agent and the Pair caller left the bus.
-bz.wait(lambda: not (bluez_device(KILLED) or {}).get("Paired", False), 10, "BlueZ not paired")
-failure = new_event(peer, "pairing-failed", failures_before, timeout=45)
+# BlueZ ends the pairing by itself (its agent and the Pair caller left the
+# bus): the peer sees it fail, or the link drop, well inside SMP's 30 s.
+lab.wait_for(lambda: len(peer.events("pairing-failed")) + len(peer.events("disconnected")) > ends_before, 45,
+             "the pairing's end at the peer after vigild's death")
 ended = time.monotonic() - killed_at
+failure = (peer.events("pairing-failed") or peer.events("disconnected"))[-1]
+bz.wait(lambda: not (bluez_device(KILLED) or {}).get("Paired", False), 10, "BlueZ not paired")
 offset = daemon.restart()
 daemon.wait(lambda: daemon.logged_since(offset, AGENT), 30, "the restarted vigild's agent registered")
 known = device(KILLED)
 if known is not None and known.get("paired"):
     raise LabError(f"the restarted vigild reports {KILLED} paired: {known}")
 log(f"1. vigild SIGKILLed at the passkey prompt: the pairing failed at the peer {ended:.1f} s later "
-    f"(reason {failure.get('reason')}); restarted vigild knows it unpaired ({known and known.get('state')})")
+    f"({failure['event']}, reason {failure.get('reason')}); restarted vigild knows it unpaired ({known and known.get('state')})")
 connect(KILLED)
 before = len(peer.events("passkey"))
 result, prompts = asyncio.run(pair_answering(KILLED, answer_with_shown_passkey(peer, before)))
@@ -172,7 +175,7 @@ peer.stop()
 
 # -------------------------- 2. numeric comparison (Secure Connections) ----
 peer = lab.Peer.start("compare", "pairing_peripheral.py", "--io", "yesno", "--security", "authenticated",
-                      "--address", COMPARE)
+                      "--address", COMPARE, timeout=120)
 connect(COMPARE)
 
 
@@ -198,7 +201,7 @@ peer.stop()
 
 # ------------------------ 3. legacy passkey entry through vigilctl ----
 peer = lab.Peer.start("legacy", "pairing_peripheral.py", "--io", "display", "--security", "authenticated",
-                      "--legacy", "--address", LEGACY)
+                      "--legacy", "--address", LEGACY, timeout=120)
 connect(LEGACY)
 cli = subprocess.Popen([acc.VIGILCTL, "ble", "pair", LEGACY, "--json", "--socket", daemon.socket],
                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -223,7 +226,7 @@ peer.stop()
 
 # -------------------------------------------- 4. legacy Just Works ----
 peer = lab.Peer.start("legacyjw", "pairing_peripheral.py", "--io", "none", "--security", "encrypted",
-                      "--legacy", "--address", LEGACY_JW)
+                      "--legacy", "--address", LEGACY_JW, timeout=120)
 connect(LEGACY_JW)
 reply = daemon.control.request("ble.pair", peripheral=LEGACY_JW)
 if not (reply["paired"] and reply["bonded"]):
@@ -239,7 +242,7 @@ peer.stop()
 
 # ------------------------------------------------- 5. a peer with privacy ----
 peer = lab.Peer.start("private", "pairing_peripheral.py", "--io", "none", "--security", "encrypted",
-                      "--privacy", "--address", IDENTITY)
+                      "--privacy", "--address", IDENTITY, timeout=120)
 first = new_event(peer, "advertising", 0)["address"].upper()
 if first == IDENTITY:
     raise LabError("the private peer advertises under its identity address")

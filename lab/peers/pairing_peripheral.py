@@ -85,8 +85,11 @@ async def run(a: argparse.Namespace, events: _peerlib.Events) -> None:
 
         def on_connection(connection) -> None:
             events.emit("connected", peer=str(connection.peer_address))
-            connection.on("pairing", lambda keys: events.emit(
-                "paired", authenticated=bool(getattr(keys.ltk, "authenticated", False) if keys.ltk else False)))
+            def on_pairing(keys) -> None:
+                # Secure Connections: one LTK; legacy pairing: each side distributes its own.
+                ltk = keys.ltk or keys.ltk_peripheral or keys.ltk_central
+                events.emit("paired", authenticated=bool(ltk and ltk.authenticated))
+            connection.on("pairing", on_pairing)
             connection.on("pairing_failure", lambda reason: events.emit("pairing-failed", reason=int(reason)))
             connection.on("connection_encryption_change", lambda: events.emit(
                 "encrypted", on=bool(connection.is_encrypted)))
