@@ -81,7 +81,9 @@ async def run(a: argparse.Namespace, events: _peerlib.Events) -> None:
                                   CharacteristicValue(read=on_read))
         device.add_service(Service(UUID.from_16_bits(0x180D), [location]))
         device.pairing_config_factory = lambda connection: PairingConfig(
-            sc=not a.legacy, mitm=a.io != "none", bonding=True, delegate=Delegate(a.io, a.passkey, events))
+            sc=not a.legacy, mitm=a.io != "none", bonding=True, delegate=Delegate(a.io, a.passkey, events),
+            # The identity pairing hands out is --address (else Bumble gives the controller's public one).
+            identity_address_type=hci.Address.RANDOM_DEVICE_ADDRESS if a.privacy else None)
 
         def on_connection(connection) -> None:
             events.emit("connected", peer=str(connection.peer_address))
