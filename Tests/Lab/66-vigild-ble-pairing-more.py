@@ -30,7 +30,6 @@ lab/peers/pairing_peripheral.py):
    client publishes services) and reads it; another central is refused the
    authenticated read, pairs by numeric comparison, the confirm prompt
    reaching the publishing client, which compares and accepts; it reads.
-Parts 5 and 6 run only with VIGIL_LAB66_ALL=1 (not yet passed in the lab).
 """
 # lab-timeout: 720
 import asyncio
@@ -226,104 +225,101 @@ daemon.control.request("ble.forget", peripheral=LEGACY)
 daemon.control.request("ble.disconnect", peripheral=LEGACY)
 peer.stop()
 
-# Parts 5 and 6 have not passed in the lab yet (their first run found the
-# identity Bumble hands out and vigild's `pair` reply under the old address,
-# both fixed since): they run with VIGIL_LAB66_ALL=1 until they do.
-if os.environ.get("VIGIL_LAB66_ALL") == "1":
-    # ------------------------------------------------- 5. a peer with privacy ----
-    peer = lab.Peer.start("private", "pairing_peripheral.py", "--io", "none", "--security", "encrypted",
-                          "--privacy", "--address", IDENTITY, timeout=120)
-    first = new_event(peer, "advertising", 0)["address"].upper()
-    if first == IDENTITY:
-        raise LabError("the private peer advertises under its identity address")
-    connect(first)
-    reply = daemon.control.request("ble.pair", peripheral=first)
-    if not (reply["paired"] and reply["bonded"]):
-        raise LabError(f"pairing the private peer: {reply.header}\n{daemon.diagnostics()}")
-    peer.wait_event("paired", timeout=30)
-    daemon.wait(lambda: device(IDENTITY) is not None and device(first) is None, 30,
-                f"vigild's record moved from {first} to the identity {IDENTITY}")
-    if read_location(IDENTITY) != b"\x01":
-        raise LabError("the encrypted read under the identity returned the wrong value")
-    log(f"5. private peer paired under {first}; BlueZ and vigild now know it as {IDENTITY}")
-    advertised, connected = len(peer.events("advertising")), len(peer.events("connected"))
-    paired = len(peer.events("paired"))
-    peer.command("rotate")
-    second = new_event(peer, "advertising", advertised)["address"].upper()
-    if second in (first, IDENTITY):
-        raise LabError(f"the peer did not take a new private address: {second}")
-    new_event(peer, "connected", connected, timeout=120)
-    daemon.wait(lambda: (device(IDENTITY) or {}).get("state") == "connected", 60, f"{IDENTITY} connected again")
-    if read_location(IDENTITY) != b"\x01":
-        raise LabError("the encrypted read after the address change returned the wrong value")
-    if len(peer.events("paired")) != paired:
-        raise LabError("the private peer was paired again instead of using the bond")
-    peer.wait_event("read", timeout=10, encrypted=True)
-    log(f"5. it took {second}: reconnected under {IDENTITY} by the kept connect request, encrypted with the bond")
-    daemon.control.request("ble.forget", peripheral=IDENTITY)
-    daemon.control.request("ble.disconnect", peripheral=IDENTITY)
-    peer.stop()
+# ------------------------------------------------- 5. a peer with privacy ----
+peer = lab.Peer.start("private", "pairing_peripheral.py", "--io", "none", "--security", "encrypted",
+                      "--privacy", "--address", IDENTITY, timeout=120)
+first = new_event(peer, "advertising", 0)["address"].upper()
+if first == IDENTITY:
+    raise LabError("the private peer advertises under its identity address")
+connect(first)
+reply = daemon.control.request("ble.pair", peripheral=first)
+if not (reply["paired"] and reply["bonded"]):
+    raise LabError(f"pairing the private peer: {reply.header}\n{daemon.diagnostics()}")
+peer.wait_event("paired", timeout=30)
+daemon.wait(lambda: device(IDENTITY) is not None and device(first) is None, 30,
+            f"vigild's record moved from {first} to the identity {IDENTITY}")
+if read_location(IDENTITY) != b"\x01":
+    raise LabError("the encrypted read under the identity returned the wrong value")
+log(f"5. private peer paired under {first}; BlueZ and vigild now know it as {IDENTITY}")
+advertised, connected = len(peer.events("advertising")), len(peer.events("connected"))
+paired = len(peer.events("paired"))
+peer.command("rotate")
+second = new_event(peer, "advertising", advertised)["address"].upper()
+if second in (first, IDENTITY):
+    raise LabError(f"the peer did not take a new private address: {second}")
+new_event(peer, "connected", connected, timeout=120)
+daemon.wait(lambda: (device(IDENTITY) or {}).get("state") == "connected", 60, f"{IDENTITY} connected again")
+if read_location(IDENTITY) != b"\x01":
+    raise LabError("the encrypted read after the address change returned the wrong value")
+if len(peer.events("paired")) != paired:
+    raise LabError("the private peer was paired again instead of using the bond")
+peer.wait_event("read", timeout=10, encrypted=True)
+log(f"5. it took {second}: reconnected under {IDENTITY} by the kept connect request, encrypted with the bond")
+daemon.control.request("ble.forget", peripheral=IDENTITY)
+daemon.control.request("ble.disconnect", peripheral=IDENTITY)
+peer.stop()
 
-    # ------------------------ 6. the peripheral role: a central that must pair ----
-    daemon.control.request("ble.addService", service={"uuid": SERVICE, "characteristics": [
-        {"uuid": ENCRYPTED, "properties": ["read", "encrypt-read"], "value": "e1"},
-        {"uuid": AUTHENTICATED, "properties": ["read", "encrypt-authenticated-read"], "value": "a2"}]})
-    daemon.control.request("ble.startAdvertising", advertisement={"localName": "Vigil Paired", "serviceUUIDs": [SERVICE]})
+# ------------------------ 6. the peripheral role: a central that must pair ----
+daemon.control.request("ble.addService", service={"uuid": SERVICE, "characteristics": [
+    {"uuid": ENCRYPTED, "properties": ["read", "encrypt-read"], "value": "e1"},
+    {"uuid": AUTHENTICATED, "properties": ["read", "encrypt-authenticated-read"], "value": "a2"}]})
+daemon.control.request("ble.startAdvertising", advertisement={"localName": "Vigil Paired", "serviceUUIDs": [SERVICE]})
 
 
-    def start_central(name, own_address, io, uuid):
-        events = os.path.join(lab.LOGS, f"{name}.events.jsonl")
-        if os.path.exists(events):
-            os.unlink(events)
-        cmd = ["python3", os.path.join(lab.PEERS, "central.py"), "--transport", "hci-socket:1",
-               "--own-address", own_address, "--service", SERVICE, "--read", uuid, "--pair", io,
-               "--notifications", "0", "--timeout", "40", "--scan-timeout", "60", "--events", events]
-        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True), events
+def start_central(name, own_address, io, uuid):
+    events = os.path.join(lab.LOGS, f"{name}.events.jsonl")
+    if os.path.exists(events):
+        os.unlink(events)
+    cmd = ["python3", os.path.join(lab.PEERS, "central.py"), "--transport", "hci-socket:1",
+           "--own-address", own_address, "--service", SERVICE, "--read", uuid, "--pair", io,
+           "--notifications", "0", "--timeout", "40", "--scan-timeout", "60", "--events", events]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True), events
 
 
-    def central_events(events):
-        return lab.read_events(events) if os.path.exists(events) else []
+def central_events(events):
+    return lab.read_events(events) if os.path.exists(events) else []
 
 
-    def finish_central(process):
-        try:
-            out, _ = process.communicate(timeout=200)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            out, _ = process.communicate()
-        evs = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-        if process.returncode != 0:
-            errors = [e.get("message") for e in evs if e.get("event") == "error"]
-            raise LabError(f"the Bumble central failed ({process.returncode}): {errors or out[-800:]}\n"
-                           f"{daemon.diagnostics()}")
-        return evs
+def finish_central(process):
+    try:
+        out, _ = process.communicate(timeout=200)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, _ = process.communicate()
+    evs = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    if process.returncode != 0:
+        errors = [e.get("message") for e in evs if e.get("event") == "error"]
+        raise LabError(f"the Bumble central failed ({process.returncode}): {errors or out[-800:]}\n"
+                       f"{daemon.diagnostics()}")
+    return evs
 
 
-    central, events = start_central("central-jw", CENTRAL_JW, "none", ENCRYPTED)
-    evs = finish_central(central)
-    kinds = [e["event"] for e in evs]
-    reads = [e["value"] for e in evs if e["event"] == "read"]
-    if "refused" not in kinds or "paired" not in kinds or reads != ["e1"]:
-        raise LabError(f"the Just Works central: {evs}")
-    refused = next(e for e in evs if e["event"] == "refused")
-    log(f"6. a central refused the encrypted read ({refused['error']}) paired Just Works and read {reads[0]}")
+central, events = start_central("central-jw", CENTRAL_JW, "none", ENCRYPTED)
+evs = finish_central(central)
+kinds = [e["event"] for e in evs]
+reads = [e["value"] for e in evs if e["event"] == "read"]
+if "refused" not in kinds or "paired" not in kinds or reads != ["e1"]:
+    raise LabError(f"the Just Works central: {evs}")
+refused = next(e for e in evs if e["event"] == "refused")
+log(f"6. a central refused the encrypted read ({refused['error']}) paired Just Works and read {reads[0]}")
 
-    central, events = start_central("central-nc", CENTRAL_NC, "yesno", AUTHENTICATED)
-    prompt = daemon.push(daemon.control, "ble.pairingRequest", timeout=90)
-    attributes = prompt["attributes"] if "attributes" in prompt.header else prompt.header
-    shown = lab.wait_for(lambda: next((e["number"] for e in central_events(events) if e["event"] == "compare"), None),
-                         30, "the central's number to compare")
-    if attributes.get("kind") != "confirm" or attributes.get("passkey") != shown:
-        raise LabError(f"the publisher's prompt {attributes} (the central shows {shown})")
-    daemon.control.request("ble.pairingResponse", request=attributes["request"], accept=True)
-    evs = finish_central(central)
-    paired = next((e for e in evs if e["event"] == "paired"), None)
-    reads = [e["value"] for e in evs if e["event"] == "read"]
-    if not paired or not paired["authenticated"] or reads != ["a2"]:
-        raise LabError(f"the numeric-comparison central: {evs}")
-    log(f"6. a central refused the authenticated read paired by numeric comparison ({shown:06d}, confirmed by "
-        "the publishing client) and read a2")
-    daemon.control.request("ble.stopAdvertising")
-    daemon.control.request("ble.removeService")
-    bz.forget_all()
+central, events = start_central("central-nc", CENTRAL_NC, "yesno", AUTHENTICATED)
+prompt = daemon.push(daemon.control, "ble.pairingRequest", timeout=90)
+attributes = prompt["attributes"] if "attributes" in prompt.header else prompt.header
+shown = lab.wait_for(lambda: next((e["number"] for e in central_events(events) if e["event"] == "compare"), None),
+                     30, "the central's number to compare")
+if attributes.get("kind") != "confirm" or attributes.get("passkey") != shown:
+    raise LabError(f"the publisher's prompt {attributes} (the central shows {shown})")
+daemon.control.request("ble.pairingResponse", request=attributes["request"], accept=True)
+evs = finish_central(central)
+paired = next((e for e in evs if e["event"] == "paired"), None)
+reads = [e["value"] for e in evs if e["event"] == "read"]
+if not paired or not paired["authenticated"] or reads != ["a2"]:
+    raise LabError(f"the numeric-comparison central: {evs}")
+log(f"6. a central refused the authenticated read paired by numeric comparison ({shown:06d}, confirmed by "
+    "the publishing client) and read a2")
+daemon.control.request("ble.stopAdvertising")
+daemon.control.request("ble.removeService")
+bz.forget_all()
+
 print("OK")
