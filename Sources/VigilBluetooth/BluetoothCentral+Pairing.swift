@@ -280,8 +280,12 @@ extension BluetoothCentral {
             throw failure
         }
         await reread(device.path, interface: BlueZ.device)
-        let state = pairingState(address)
-        log("bluetooth: \(address): paired (bonded \(state.bonded))")
+        // A bond with a peer's IRK makes BlueZ report the same object under
+        // its identity address: the state (and the address to use from now
+        // on) is the object's, not the private address the client named.
+        let current = tree.device(at: device.path)?.address ?? address
+        let state = pairingState(current)
+        log("bluetooth: \(address): paired (bonded \(state.bonded))\(current == address ? "" : ", now \(current)")")
         return state
     }
 

@@ -4,15 +4,20 @@ subscribe, print what happened as JSON lines on stdout (and --events).
 
   central.py [--transport hci-socket:1] (--name N | --service UUID | --address A)
              [--read UUID]... [--write UUID=HEX]... [--subscribe UUID]...
-             [--notifications N] [--timeout SECS]
+             [--notifications N] [--timeout SECS] [--pair none|yesno]
 
 Steps, in this order: scan until an advertiser matches (name or service UUID
 in its advertising data or scan response, or its address), connect, discover
 GATT, do every --read, every --write (with response), subscribe to every
 --subscribe, wait for --notifications notifications in total, disconnect.
+With --pair, a read refused for want of encryption or authentication pairs
+(LE Secure Connections, bonding; I/O capability none: Just Works, yesno:
+numeric comparison, the number accepted) and is tried once more, as a
+phone's stack does.
 
 Events: found, connected, services, read {uuid, value(hex), text}, write,
-subscribed, notification {uuid, value}, disconnected, done / error {message}.
+subscribed, notification {uuid, value}, disconnected, done / error {message};
+with --pair: refused {uuid, error}, compare {number}, paired {authenticated}.
 Exit status 0 only if every step succeeded within --timeout.
 """
 
@@ -26,9 +31,27 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _peerlib  # noqa: E402
 
-from bumble import hci  # noqa: E402
+from bumble import att, hci  # noqa: E402
 from bumble.core import UUID, AdvertisingData  # noqa: E402
 from bumble.device import Device, Peer  # noqa: E402
+from bumble.keys import MemoryKeyStore  # noqa: E402
+from bumble.pairing import PairingConfig, PairingDelegate  # noqa: E402
+
+PAIRING_IO = {
+    "none": PairingDelegate.IoCapability.NO_OUTPUT_NO_INPUT,
+    "yesno": PairingDelegate.IoCapability.DISPLAY_OUTPUT_AND_YES_NO_INPUT,
+}
+REFUSALS = (att.ErrorCode.INSUFFICIENT_ENCRYPTION, att.ErrorCode.INSUFFICIENT_AUTHENTICATION)
+
+
+class ComparingDelegate(PairingDelegate):
+    def __init__(self, io: str, events: _peerlib.Events) -> None:
+        super().__init__(io_capability=PAIRING_IO[io])
+        self.events = events
+
+    async def compare_numbers(self, number: int, digits: int) -> bool:
+        self.events.emit("compare", number=number)
+        return True
 
 UUID_LIST_TYPES = (
     AdvertisingData.COMPLETE_LIST_OF_16_BIT_SERVICE_CLASS_UUIDS,
@@ -80,6 +103,10 @@ class Central:
         async with transport:
             device = Device.with_hci("Vigil Central", hci.Address(a.own_address),
                                      transport.source, transport.sink)
+            if a.pair:
+                device.keystore = MemoryKeyStore()
+                device.pairing_config_factory = lambda connection: PairingConfig(
+                    sc=True, mitm=a.pair != "none", bonding=True, delegate=ComparingDelegate(a.pair, self.ev))
             await device.power_on()
             found: asyncio.Future = asyncio.get_running_loop().create_future()
 
@@ -118,7 +145,19 @@ class Central:
                 return cs[0]
 
             for u in a.read:
-                v = bytes(await char(u).read_value())
+                try:
+                    v = bytes(await char(u).read_value())
+                except att.ATT_Error as refusal:
+                    if not a.pair or refusal.error_code not in REFUSALS:
+                        raise
+                    self.ev.emit("refused", uuid=u, error=att.ErrorCode(refusal.error_code).name)
+                    paired: asyncio.Future = asyncio.get_running_loop().create_future()
+                    conn.on("pairing", lambda keys: paired.done() or paired.set_result(keys))
+                    await asyncio.wait_for(conn.pair(), a.timeout)
+                    keys = await asyncio.wait_for(paired, a.timeout)
+                    ltk = keys.ltk or keys.ltk_central or keys.ltk_peripheral
+                    self.ev.emit("paired", authenticated=bool(ltk and ltk.authenticated))
+                    v = bytes(await char(u).read_value())
                 self.ev.emit("read", uuid=u, value=v.hex(), text=v.decode(errors="replace"))
             for w in a.write:
                 u, hexv = w.split("=", 1)
@@ -158,6 +197,7 @@ def main() -> None:
     p.add_argument("--notifications", type=int, default=1, help="notifications to wait for in total")
     p.add_argument("--scan-timeout", type=float, default=30)
     p.add_argument("--timeout", type=float, default=30, help="per-step timeout")
+    p.add_argument("--pair", choices=sorted(PAIRING_IO), help="pair when a read needs it (I/O capability)")
     _peerlib.add_common_args(p)
     a = p.parse_args()
     if not (a.name or a.service or a.address):

@@ -11,8 +11,15 @@ passkey the central shows, --passkey; yesno: numeric comparison, accepted).
 Keys live in memory for the peer's life, so a reconnect is encrypted with
 the stored LTK, without pairing again.
 
+--privacy: it advertises and connects under a resolvable private address
+made from its IRK (which pairing hands to the central with the identity
+address --address), never under the identity; the control command
+`rotate` disconnects and advertises under a new one (Bumble's own periodic
+rotation sets the old address again, so it is done here).
+
 Events: connected, disconnected, passkey (the number it displays), compare,
-paired (keys, authenticated), pairing-failed, encrypted, read.
+paired (keys, authenticated), pairing-failed, encrypted, read, advertising
+(the address advertised).
 """
 
 from __future__ import annotations
@@ -74,12 +81,17 @@ async def run(a: argparse.Namespace, events: _peerlib.Events) -> None:
                                   CharacteristicValue(read=on_read))
         device.add_service(Service(UUID.from_16_bits(0x180D), [location]))
         device.pairing_config_factory = lambda connection: PairingConfig(
-            sc=not a.legacy, mitm=a.io != "none", bonding=True, delegate=Delegate(a.io, a.passkey, events))
+            sc=not a.legacy, mitm=a.io != "none", bonding=True, delegate=Delegate(a.io, a.passkey, events),
+            # The identity pairing hands out is --address (else Bumble gives the controller's public one).
+            identity_address_type=hci.Address.RANDOM_DEVICE_ADDRESS if a.privacy else None)
 
         def on_connection(connection) -> None:
             events.emit("connected", peer=str(connection.peer_address))
-            connection.on("pairing", lambda keys: events.emit(
-                "paired", authenticated=bool(getattr(keys.ltk, "authenticated", False) if keys.ltk else False)))
+            def on_pairing(keys) -> None:
+                # Secure Connections: one LTK; legacy pairing: each side distributes its own.
+                ltk = keys.ltk or keys.ltk_peripheral or keys.ltk_central
+                events.emit("paired", authenticated=bool(ltk and ltk.authenticated))
+            connection.on("pairing", on_pairing)
             connection.on("pairing_failure", lambda reason: events.emit("pairing-failed", reason=int(reason)))
             connection.on("connection_encryption_change", lambda: events.emit(
                 "encrypted", on=bool(connection.is_encrypted)))
@@ -89,25 +101,51 @@ async def run(a: argparse.Namespace, events: _peerlib.Events) -> None:
                 asyncio.ensure_future(advertise())
             connection.on("disconnection", on_disconnection)
         device.on("connection", on_connection)
+        # The resolvable private address to take at the next advertising start.
+        next_rpa: list[hci.Address] = []
 
         async def advertise() -> None:
             if device.is_advertising:
+                if not next_rpa:
+                    return
+                await device.stop_advertising()
+            if next_rpa:
+                rpa = next_rpa.pop()
+                await device.send_sync_command(hci.HCI_LE_Set_Random_Address_Command(random_address=rpa))
+                device.random_address = rpa
+            if device.connections:
                 return
             await device.start_advertising(auto_restart=False, advertising_data=bytes(AdvertisingData([
                 data_types.Flags(AdvertisingData.Flags.LE_GENERAL_DISCOVERABLE_MODE
                                  | AdvertisingData.Flags.BR_EDR_NOT_SUPPORTED),
                 data_types.CompleteListOf16BitServiceUUIDs([UUID.from_16_bits(0x180D)]),
                 data_types.CompleteLocalName(a.name)])))
-            events.emit("advertising", address=a.address)
+            events.emit("advertising", address=str(device.random_address).split("/")[0])
+
+        async def command(line: str) -> bool:
+            if line == "rotate" and a.privacy:
+                next_rpa[:] = [hci.Address.generate_private_address(device.irk)]
+                if device.connections:
+                    for connection in list(device.connections.values()):
+                        await connection.disconnect()  # its disconnection advertises anew
+                else:
+                    await advertise()
+            else:
+                events.emit("unknown-command", command=line)
+            return True
 
         await device.power_on()
+        if a.privacy:
+            next_rpa[:] = [hci.Address.generate_private_address(device.irk)]
         await advertise()
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
         _peerlib.mark_ready(a.ready_file)
         refresh = asyncio.ensure_future(_peerlib.refresh_advertising_loop(device, a.adv_refresh, lambda: True))
+        commands = asyncio.ensure_future(_peerlib.control_loop(a.control, command))
         await stop.wait()
         refresh.cancel()
+        commands.cancel()
 
 
 def main() -> None:
@@ -119,6 +157,8 @@ def main() -> None:
     p.add_argument("--passkey", type=int, default=0, help="what --io keyboard types")
     p.add_argument("--security", choices=["encrypted", "authenticated"], default="encrypted")
     p.add_argument("--legacy", action="store_true", help="legacy pairing instead of LE Secure Connections")
+    p.add_argument("--privacy", action="store_true",
+                   help="advertise under resolvable private addresses (`rotate` takes a new one)")
     p.add_argument("--location", type=int, default=1)
     p.add_argument("--adv-refresh", type=float, default=1.0)
     _peerlib.add_common_args(p)
