@@ -50,7 +50,8 @@ def farm(vigild: VigilDaemon, virtual_accessory: VirtualAccessory, tmp_path: Pat
     client = [bin_path("labgrid-client"), "-x", coordinator, "-p", PLACE]
 
     def lg(*arguments: str) -> str:
-        run = subprocess.run([*client, *arguments], capture_output=True, text=True, timeout=60, env=env)
+        # As slow to start as the polls below (a lab run saw 20-40 s each): the same bound.
+        run = subprocess.run([*client, *arguments], capture_output=True, text=True, timeout=FARM_START_BOUND, env=env)
         assert run.returncode == 0, f"labgrid-client {' '.join(arguments)}: {run.stdout}{run.stderr}"
         return run.stdout
 
