@@ -15,7 +15,7 @@ a place matching it is created and acquired; then
 Uses the repository's .venv (or $VIGIL_VENV) with labgrid installed
 (scripts/setup), and the built vigild.
 """
-# lab-timeout: 600
+# lab-timeout: 900
 import os
 import subprocess
 import sys
