@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.join(REPO, "clients", "python"))
 sys.path.insert(0, os.path.join(REPO, "Tests", "bluez-mock"))
 
 from vigil_client import ControlClient, VigilError  # noqa: E402
+from fault_harness import read_jsonl  # noqa: E402
 
 VIGILD = os.environ.get("VIGILD") or os.path.join(REPO, ".build", "debug", "vigild")
 PYTHON = "/usr/bin/python3"
@@ -171,11 +172,7 @@ class MockBlueZDaemonTest(unittest.TestCase):
 
     def records(self):
         """What the app recorded (example_app.py --record), one dict per line."""
-        try:
-            with open(self.record) as file:
-                return [json.loads(line) for line in file if line.strip()]
-        except FileNotFoundError:
-            return []
+        return read_jsonl(self.record)  # a line the app is still writing is skipped
 
     def push(self, client, kind, timeout=15, where=lambda message: True):
         """The next blePush of `kind` (others before it are skipped)."""

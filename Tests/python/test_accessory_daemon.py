@@ -19,6 +19,7 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "clients", "python"))
 
 from vigil_client import ControlClient, VigilError  # noqa: E402
+from fault_harness import read_jsonl  # noqa: E402
 
 VIGILD = os.environ.get("VIGILD") or os.path.join(REPO, ".build", "debug", "vigild")
 PYTHON = "/usr/bin/python3"
@@ -113,6 +114,15 @@ class AccessoryDaemonHarness(unittest.TestCase):
         self.testbed.stdin.write(request + "\n")
         self.testbed.stdin.flush()
         reply = self.testbed.stdout.readline().strip()
+        if not reply:  # EOF: the testbed died; its stderr is in vigild.log
+            try:
+                status = self.testbed.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                status = "still running"
+            self.daemon_log.flush()
+            with open(f"{self.dir}/vigild.log", errors="replace") as log:
+                tail = "".join(log.readlines()[-40:])
+            self.fail(f"testbed: {request} -> no reply (testbed exit status {status}); the log's end:\n{tail}")
         self.assertTrue(reply.startswith("ok") or reply.startswith("data"), f"testbed: {request} -> {reply}")
         return reply
 
@@ -134,11 +144,8 @@ class AccessoryDaemonHarness(unittest.TestCase):
         return "\n".join(parts)
 
     def read(self, app):
-        try:
-            with open(self.records[app]) as file:
-                return [json.loads(line) for line in file if line.strip()]
-        except FileNotFoundError:
-            return []
+        # The app may be writing its last line while this reads: read_jsonl skips a torn line.
+        return read_jsonl(self.records[app])
 
     def events(self, app, kind):
         return [r for r in self.read(app) if r.get("kind") == "event" and r.get("eventKind") == kind]

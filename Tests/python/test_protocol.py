@@ -36,6 +36,7 @@ from vigil_client import (  # noqa: E402
     AppClient, ConnectionClosed, Connection, ControlClient, VigilError, encode_frame,
 )
 import protocol_fuzz  # noqa: E402
+from fault_harness import read_jsonl  # noqa: E402
 
 VIGILD = os.environ.get("VIGILD") or os.path.join(REPO, ".build", "debug", "vigild")
 VIGIL_DEMO_APP = os.environ.get("VIGIL_DEMO_APP") or os.path.join(REPO, ".build", "debug", "vigil-demo-app")
@@ -183,11 +184,8 @@ class Daemon:
 
 
 def read_records(path):
-    try:
-        with open(path) as records:
-            return [json.loads(line) for line in records if line.strip()]
-    except FileNotFoundError:
-        return []
+    """The app's records; a line it is still writing is skipped (read_jsonl)."""
+    return read_jsonl(path)
 
 
 def wait_for_record(path, predicate, timeout=RECORD_TIMEOUT):
