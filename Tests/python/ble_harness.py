@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.join(REPO, "clients", "python"))
 sys.path.insert(0, os.path.join(REPO, "Tests", "bluez-mock"))
 
 from vigil_client import ControlClient, VigilError  # noqa: E402
-from fault_harness import read_jsonl  # noqa: E402
+from jsonl_records import read_jsonl  # noqa: E402
 
 VIGILD = os.environ.get("VIGILD") or os.path.join(REPO, ".build", "debug", "vigild")
 PYTHON = "/usr/bin/python3"

@@ -45,6 +45,7 @@ sys.path.insert(0, os.path.join(REPO, "clients", "python"))
 sys.path.insert(0, HERE)
 
 from vigil_client import ControlClient, VigilError  # noqa: E402
+from jsonl_records import read_jsonl  # noqa: E402,F401 - re-exported for the fault tests
 
 VIGILD = os.environ.get("VIGILD") or os.path.join(REPO, ".build", "debug", "vigild")
 PYTHON = "/usr/bin/python3"
@@ -75,21 +76,6 @@ def wait_for(condition, timeout, interval=0.02):
         time.sleep(interval)
 
 
-def read_jsonl(path):
-    """The lines of a JSON-lines file; a torn last line (a writer killed mid-line) is skipped."""
-    try:
-        with open(path) as file:
-            lines = file.read().split("\n")
-    except FileNotFoundError:
-        return []
-    records = []
-    for line in lines:
-        if line.strip():
-            try:
-                records.append(json.loads(line))
-            except ValueError:
-                pass
-    return records
 
 
 def log_tail(path, lines=40):

@@ -263,6 +263,10 @@ class CharacteristicInstanceTests(TwoAdapterRig):
         pushed = self.push(c, "ble.notification")
         self.assertEqual((pushed["attributes"]["instance"], bytes(pushed.body)), (1, b"\x2d\x01"))
         c.request("ble.notify", peripheral=SENSOR, service=ESS, characteristic=TEMPERATURE, enabled=True, acquire=False)
+        # A subscription is an intent vigild carries out after replying: a value BlueZ sends before
+        # its StartNotify is not a notification (CI once notified first and waited in vain).
+        self.wait_until(lambda: {str(call[2]) for call in self.calls("StartNotify")} >= {self.sensors["hci0"]["indoor"]},
+                        "StartNotify on instance 0")
         self.mock.control.Notify(self.sensors["hci0"]["indoor"], self.ay(b"\x35\x08"))
         pushed = self.push(c, "ble.notification")
         self.assertNotIn("instance", pushed["attributes"])

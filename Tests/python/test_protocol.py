@@ -36,7 +36,7 @@ from vigil_client import (  # noqa: E402
     AppClient, ConnectionClosed, Connection, ControlClient, VigilError, encode_frame,
 )
 import protocol_fuzz  # noqa: E402
-from fault_harness import read_jsonl  # noqa: E402
+from jsonl_records import read_jsonl  # noqa: E402
 
 VIGILD = os.environ.get("VIGILD") or os.path.join(REPO, ".build", "debug", "vigild")
 VIGIL_DEMO_APP = os.environ.get("VIGIL_DEMO_APP") or os.path.join(REPO, ".build", "debug", "vigil-demo-app")
