@@ -4,10 +4,13 @@ import Glibc
 /// random kills (docs/reliability.md, "Crash points"; issue 26, part 3).
 ///
 /// Inert unless the environment variable `VIGIL_CRASH_POINT` is set when the
-/// process starts: `NAME[:before|after][:N]`, several separated by commas.
-/// The process then SIGKILLs itself at the Nth time (default the first) it
-/// reaches that point, right before or right after (default) the durable
-/// write the point names. With the variable unset a point costs one load of
+/// process starts: `NAME[:before|after][:N][@FILE]`, several separated by
+/// commas. The process then SIGKILLs itself at the Nth time (default the
+/// first) it reaches that point, right before or right after (default) the
+/// durable write the point names. With `@FILE`, hits count only once FILE
+/// exists: a test arms the point deep in a scenario whose earlier writes of
+/// the same kind vary in number from run to run (a file, not a signal: no
+/// handler in the daemon, one `access(2)` per hit only while armed). With the variable unset a point costs one load of
 /// an empty array. Nothing in the packages sets it (the unit files and the
 /// package's tests do not); vigild logs it at start when it is set.
 ///
@@ -23,11 +26,14 @@ public enum CrashPoint {
         public var moment: Moment
         /// Dies at this hit (1: the first).
         public var hit: Int
+        /// Hits count only while this file exists (`@FILE`); nil: from the start.
+        public var gate: String?
 
-        public init(name: String, moment: Moment, hit: Int) {
+        public init(name: String, moment: Moment, hit: Int, gate: String? = nil) {
             self.name = name
             self.moment = moment
             self.hit = hit
+            self.gate = gate
         }
     }
 
@@ -36,9 +42,13 @@ public enum CrashPoint {
 
     private static let hits = Locked<[String: Int]>([:])
 
-    /// Parses `NAME[:before|after][:N]`, comma-separated; malformed entries are skipped.
+    /// Parses `NAME[:before|after][:N][@FILE]`, comma-separated; malformed entries are skipped.
     public static func parse(_ text: String) -> [Armed] {
-        text.split(separator: ",").compactMap { entry -> Armed? in
+        text.split(separator: ",").compactMap { whole -> Armed? in
+            let gated = whole.split(separator: "@", maxSplits: 1, omittingEmptySubsequences: false)
+            let entry = gated[0]
+            let gate = gated.count > 1 ? String(gated[1]) : nil
+            if let gate, gate.isEmpty { return nil }
             let parts = entry.split(separator: ":", omittingEmptySubsequences: false).map(String.init)
             guard let name = parts.first, !name.isEmpty, parts.count <= 3 else { return nil }
             var moment = Moment.after
@@ -51,7 +61,7 @@ public enum CrashPoint {
                 guard let value = Int(parts[2]), value >= 1 else { return nil }
                 hit = value
             }
-            return Armed(name: name, moment: moment, hit: hit)
+            return Armed(name: name, moment: moment, hit: hit, gate: gate)
         }
     }
 
@@ -73,6 +83,7 @@ public enum CrashPoint {
 
     private static func reachArmed(_ names: [String], _ moment: Moment) {
         for point in armed where point.moment == moment && names.contains(point.name) {
+            if let gate = point.gate, access(gate, F_OK) != 0 { continue }
             let key = "\(point.name):\(moment.rawValue)"
             let count = hits.withLock { hits -> Int in
                 hits[key, default: 0] += 1

@@ -25,7 +25,8 @@ known, its `hello` is refused and it exits, and the next event launches a
 new one), and deliver a new event to it. The other durable steps have their
 siblings: test_crash_points_sessions.py (sessions.json, session logs),
 test_crash_points_mqtt.py (the MQTT outbox, held spool and store),
-test_ble_daemon.py's intents after a kill (state.parts).
+test_crash_points_ble.py (state.parts, the saved Bluetooth intents).
+`journal.renumbered` has its own test below (a held event renumbered).
 """
 
 import json
@@ -259,6 +260,85 @@ class CrashPointTests(unittest.TestCase):
         processes = len({r["pid"] for r in records() if r["kind"] == "started"})
         return (f"{point:28} {daemon.suspension}, app processes {processes}, adopted {adopted}, "
                 f"event to {'the first process' if to == started[0] else 'a new process'}")
+
+    def test_renumbered_point(self):
+        """`journal.renumbered`: an event held for the foreground (its source's
+        mode is not declared) is given a new seq when it is sent behind a later
+        event of another source (docs/lifecycle.md, "Order"); the daemon dies
+        right before or right after writing that renumbering. The next daemon
+        must deliver the held event (once, in the foreground, with a seq above
+        every seq the app saw, flagged only if the app had it), never deliver
+        the acknowledged later event again, and give a new event a fresh seq."""
+        lines = []
+        for moment in ("before", "after"):
+            with self.subTest(moment=moment):
+                lines.append(self.run_renumbered_point(f"{APP}.renumbered{moment}", f"journal.renumbered:{moment}:1"))
+        print("\njournal.renumbered crash points (point: held event's seqs seen, later event's copies, new seq, adopted)")
+        for line in lines:
+            print("  " + line)
+
+    def run_renumbered_point(self, APP, point):  # noqa: N803 - one app of its own per point
+        daemon, _, record = daemon_with_app(
+            self, "vigil-crash-renumbered-", APP, [PYTHON, FAULT_APP, "--record", "{record}"], modes=(), start=False,
+            timings={"suspend-grace": 0.3}, extra='on-stop = "leave"')
+        daemon.env = {"VIGIL_CRASH_POINT": point}
+        daemon.start()
+        self.addCleanup(daemon.stop)
+        records = lambda: read_jsonl(record)  # noqa: E731
+        events = lambda: [r for r in records() if r["kind"] == "event"]  # noqa: E731
+
+        def context():
+            return f"\n--- point {point}\n--- vigild\n{daemon.log_tail(30)}\n--- app\n" + "\n".join(map(str, records()[-12:]))
+
+        control = connect_control(daemon.socket)
+        control.app_action("launch", APP)
+        self.assertTrue(wait_for(lambda: any(r["kind"] == "hello" for r in records()), STEP), "no app" + context())
+        control.app_action("background", APP)
+        self.assertTrue(wait_for(lambda: app_info(control, APP)["state"] == "suspended", STEP), context())
+        held = control.wake(APP, kind="accessory.connected", attributes={"connectionID": 1, "protocolStrings": []})
+        self.assertEqual(held["disposition"], "queued", held)
+        later = control.wake(APP, payload=b"later")
+        self.assertEqual(later["disposition"], "woke", later)
+        self.assertTrue(wait_for(lambda: app_info(control, APP)["unacknowledgedEvents"] == 0
+                                 and any(e["seq"] == later["seq"] for e in events()), STEP), context())
+        acked_at = time.monotonic()
+        try:
+            control.app_action("foreground", APP)  # the held event goes out behind `later`: renumbered
+        except (VigilError, OSError):
+            pass  # the daemon died before its reply
+        control.close()
+        self.assertTrue(wait_for(lambda: daemon.process.poll() is not None, STEP), "the point was not reached" + context())
+        self.assertEqual(daemon.process.returncode, -signal.SIGKILL, context())
+        crashed_at = time.monotonic()
+        before_pid = next(r["pid"] for r in reversed(records()) if r["kind"] == "hello")
+
+        daemon.env = {}
+        daemon.start()
+        control = connect_control(daemon.socket)
+        self.addCleanup(control.close)
+        adopted = wait_for(lambda: bool(decisions_in_log(daemon.output, "adopt")), STEP)
+        control.app_action("foreground", APP)
+        self.assertTrue(wait_for(lambda: "accessory.connected" in [e["eventKind"] for e in events()]
+                                 and app_info(control, APP)["unacknowledgedEvents"] + app_info(control, APP)["queuedEvents"] == 0,
+                                 STEP), "the held event was not delivered after the restart" + context())
+        after = control.wake(APP, payload=b"after")["seq"]
+        self.assertTrue(wait_for(lambda: any(e["seq"] == after for e in events()), STEP), context())
+        copies = events()
+        held_seqs = [e["seq"] for e in copies if e["eventKind"] == "accessory.connected"]
+        later_copies = [e for e in copies if e["seq"] == later["seq"] and e["t"] > crashed_at]
+        # The held event: above the later event's seq wherever the app saw it, and below the new one.
+        self.assertTrue(all(later["seq"] < seq < after for seq in held_seqs), f"held event seqs {held_seqs}" + context())
+        self.assertTrue(all(e["redelivered"] for e in copies if e["eventKind"] == "accessory.connected"
+                            and e["t"] > crashed_at and len(held_seqs) > 1), "a second copy not flagged" + context())
+        self.assertFalse(later_copies and crashed_at - acked_at > BOUND + MARGIN,
+                         "the acknowledged later event was delivered again" + context())
+        seen = [e["seq"] for e in copies if e["seq"] != after]
+        self.assertGreater(after, max(seen), "a seq given out twice" + context())
+        pid = app_info(control, APP)["pid"]
+        self.assertTrue(adopted and pid == before_pid, f"not adopted ({before_pid} -> {pid})" + context())
+        control.app_action("quit", APP)
+        return (f"{point:28} held event seqs {held_seqs} (later {later['seq']}), later copies after {len(later_copies)}, "
+                f"new seq {after}, adopted {adopted and pid == before_pid}")
 
 
 if __name__ == "__main__":

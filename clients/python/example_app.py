@@ -48,6 +48,8 @@ def main():
                         help="create a central manager, connect to this peripheral and stay connected")
     parser.add_argument("--ble-notify", action="append", default=[], metavar="SERVICE/CHARACTERISTIC[#INSTANCE]",
                         help="subscribe to this characteristic of --ble-peripheral (repeatable; #1: the second of its UUID)")
+    parser.add_argument("--ble-notify-on-wake", action="store_true",
+                        help="subscribe (--ble-notify) when a wake with the payload 'subscribe' comes, not at start")
     parser.add_argument("--ble-adapter", default=None, metavar="ADAPTER",
                         help="connect to --ble-peripheral through this adapter (hci1, or its address)")
     parser.add_argument("--ble-acquire", choices=["auto", "true", "false"], default="auto",
@@ -104,6 +106,16 @@ def main():
         if options.accessory_protocol:
             app.register_for_accessory_notifications()
             open_session(app.accessories())
+        def subscribe():
+            acquire = {} if options.ble_acquire == "auto" else {"acquire": options.ble_acquire == "true"}
+            for path in options.ble_notify:
+                path, _, instance = path.partition("#")
+                service, characteristic = path.split("/")
+                which = {"instance": int(instance)} if instance else {}
+                app.request("ble.notify", peripheral=options.ble_peripheral, service=service,
+                            characteristic=characteristic, enabled=True, **acquire, **which)
+            record(kind="subscribed")
+
         if options.ble_peripheral or options.ble_monitor:
             members = {"restoreIdentifier": options.restore_id} if options.restore_id else {}
             registered = app.request("ble.registerCentral", **members)
@@ -115,13 +127,8 @@ def main():
             if restored is None and options.ble_peripheral:
                 adapter = {} if options.ble_adapter is None else {"adapter": options.ble_adapter}
                 app.request("ble.connect", peripheral=options.ble_peripheral, **adapter)
-                acquire = {} if options.ble_acquire == "auto" else {"acquire": options.ble_acquire == "true"}
-                for path in options.ble_notify:
-                    path, _, instance = path.partition("#")
-                    service, characteristic = path.split("/")
-                    which = {"instance": int(instance)} if instance else {}
-                    app.request("ble.notify", peripheral=options.ble_peripheral, service=service,
-                                characteristic=characteristic, enabled=True, **acquire, **which)
+                if not options.ble_notify_on_wake:
+                    subscribe()
             record(kind="bleReady")
         reads = 0
         if options.ble_serve:
@@ -176,7 +183,9 @@ def main():
                         and not item.attributes.get("willReopen"):
                     session = None
                 try:
-                    if item.kind == "ble.peripheral.read":
+                    if item.kind == "test" and item.payload == b"subscribe" and options.ble_notify_on_wake:
+                        subscribe()
+                    elif item.kind == "ble.peripheral.read":
                         app.request("ble.respond", request=item.attributes["request"], body=f"value-{reads + 1}".encode())
                         reads += 1  # answers that reached a central
                     elif item.kind == "ble.peripheral.write" and "request" in item.attributes:
