@@ -210,11 +210,17 @@ class CrashPointTests(unittest.TestCase):
         return line
 
     def test_process_record_points(self):
+        self.before_and_after("processes.json crash points (point: suspension, app processes, adopted, new event "
+                              "delivered to)", lambda moment: self.run_process_record_point(
+                                  f"{APP}.processes{moment}", f"processes.file:{moment}:2"))
+
+    def before_and_after(self, title, run):
+        """`run(moment)` for both moments, each a subtest; prints their figure lines under `title`."""
         lines = []
         for moment in ("before", "after"):
             with self.subTest(moment=moment):
-                lines.append(self.run_process_record_point(f"{APP}.processes{moment}", f"processes.file:{moment}:2"))
-        print("\nprocesses.json crash points (point: suspension, app processes, adopted, new event delivered to)")
+                lines.append(run(moment))
+        print(f"\n{title}")
         for line in lines:
             print("  " + line)
 
@@ -269,13 +275,9 @@ class CrashPointTests(unittest.TestCase):
         must deliver the held event (once, in the foreground, with a seq above
         every seq the app saw, flagged only if the app had it), never deliver
         the acknowledged later event again, and give a new event a fresh seq."""
-        lines = []
-        for moment in ("before", "after"):
-            with self.subTest(moment=moment):
-                lines.append(self.run_renumbered_point(f"{APP}.renumbered{moment}", f"journal.renumbered:{moment}:1"))
-        print("\njournal.renumbered crash points (point: held event's seqs seen, later event's copies, new seq, adopted)")
-        for line in lines:
-            print("  " + line)
+        self.before_and_after("journal.renumbered crash points (point: held event's seqs seen, later event's copies, "
+                              "new seq, adopted)", lambda moment: self.run_renumbered_point(
+                                  f"{APP}.renumbered{moment}", f"journal.renumbered:{moment}:1"))
 
     def run_renumbered_point(self, APP, point):  # noqa: N803 - one app of its own per point
         daemon, _, record = daemon_with_app(
