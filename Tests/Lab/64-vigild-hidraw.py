@@ -14,7 +14,11 @@ usbhid and hidraw on the host side; issue 29, lab tier):
    /dev/hidgN); a feature report is read back (Linux 6.1's f_hid answers
    GET_REPORT with zeros of the report length); `accessory open` refuses it;
 4. unplug: the app's session closes with willReopen; replug: reopened, and
-   reports flow again.
+   reports flow again;
+5. a figure, not a pass mark: the gadget sends 2000 reports unpaced while a
+   direct reader (its own open file of the node) and vigild (the frozen
+   app's session) read the same reports; each path's loss is printed, and
+   what reached the app must be whole, in order, none doubled.
 
 HID has no flow control: the host polls the gadget whatever its readers do,
 and hidraw queues 64 reports per open file, dropping the newest beyond
@@ -25,9 +29,11 @@ whole while the app is frozen, not that a reader can outrun the kernel.
 """
 # lab-timeout: 600
 import os
+import select
 import struct
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -293,6 +299,56 @@ try:
     send_reports(gadget, COUNT, 10)  # fewer than hidraw's queue holds
     daemon.wait(all_arrived(0, COUNT + 10), 60, "10 more reports after the replug")
     log("4. unplug closed the session for reopening; replug reopened it and reports flow again")
+
+    # ------------------------- 5. unpaced, against a direct reader (a figure) ----
+    # The gadget sends as fast as the host polls it; a direct reader on its own
+    # open file of the same node sees the same reports at the same time (hidraw
+    # queues per open file), so each path's loss is measured against the other's
+    # in one burst. Printed, not asserted (TCG's timing); asserted: what reached
+    # the app is whole, in order, none doubled.
+    node = next(a for a in daemon.accessories() if a.get("kind") == "hid" and a["serialNumber"] == SERIAL)["deviceNode"]
+    daemon.wait_state(APP, "suspended")
+    UNPACED = 2000
+    first = COUNT + 10
+    direct: list[bytes] = []
+    direct_fd = os.open(node, os.O_RDONLY | os.O_NONBLOCK)
+    stop = threading.Event()
+
+    def read_directly() -> None:
+        while not stop.is_set():
+            if select.select([direct_fd], [], [], 0.1)[0]:
+                try:
+                    direct.append(os.read(direct_fd, 64))
+                except BlockingIOError:
+                    pass
+
+    reader = threading.Thread(target=read_directly, daemon=True)
+    reader.start()
+    in_app_before = len(reports_of(session))
+    t0 = time.monotonic()
+    send_reports(gadget, first, UNPACED)
+    sending = time.monotonic() - t0
+
+    def settled():
+        seen = (len(direct), len(reports_of(session)))
+        time.sleep(2)
+        return seen == (len(direct), len(reports_of(session)))
+    daemon.wait(settled, 120, "both readers to stop receiving")
+    stop.set()
+    reader.join(5)
+    os.close(direct_fd)
+    sent = [report(i) for i in range(first, first + UNPACED)]
+    via_vigild = reports_of(session)[in_app_before:]
+    index = {r: i for i, r in enumerate(sent)}
+    positions = [index.get(r, -1) for r in via_vigild]
+    if -1 in positions or positions != sorted(set(positions)):
+        raise LabError(f"unpaced: the app's reports are not an in-order subsequence of those sent "
+                       f"(first bad at {next(i for i, p in enumerate(positions) if p == -1 or (i and p <= positions[i - 1]))})")
+    direct_kept = len([r for r in direct if r in index])
+    log(f"5. unpaced: the gadget sent {UNPACED} reports in {sending:.2f} s ({UNPACED / sending:.0f}/s); "
+        f"a direct reader got {direct_kept} (lost {UNPACED - direct_kept}), vigild into the frozen app "
+        f"{len(via_vigild)} (lost {UNPACED - len(via_vigild)}): {len(via_vigild) / max(direct_kept, 1):.2f}x "
+        f"the direct reader's reports, whole and in order")
 
     log("PASS")
 finally:
