@@ -67,18 +67,20 @@ public enum CrashPoint {
 
     /// The process reached `name` (`before` or `after` its write): dies here
     /// if that is armed and this is the hit asked for.
+    /// The name is an autoclosure: a name built per call (a journal write's
+    /// kinds, an MQTT spool's) costs nothing while no point is armed.
     @inline(__always)
-    public static func reach(_ name: String, _ moment: Moment) {
+    public static func reach(_ name: @autoclosure () -> String, _ moment: Moment) {
         guard !armed.isEmpty else { return }
-        reachArmed([name], moment)
+        reachArmed([name()], moment)
     }
 
     /// As `reach(_:_:)` for a write that is several steps at once (a journal
     /// write holding an event, a `sent` and an acknowledgement).
     @inline(__always)
-    public static func reach(_ names: [String], _ moment: Moment) {
+    public static func reach(_ names: @autoclosure () -> [String], _ moment: Moment) {
         guard !armed.isEmpty else { return }
-        reachArmed(names, moment)
+        reachArmed(names(), moment)
     }
 
     private static func reachArmed(_ names: [String], _ moment: Moment) {

@@ -58,6 +58,50 @@ struct StreamSessionsTests {
         return await services.run(condition)
     }
 
+    /// `sessions(heldBy:)` answers from an index by holder (asked at every
+    /// acknowledgement and suspension): ascending ids, per holder, kept
+    /// through opens, ends and forgets.
+    @Test func sessionsOfAHolderStayIndexedThroughOpenEndAndForget() async throws {
+        let directory = "/tmp/vigil-streams-test-\(getpid())-\(MonotonicInstant.now().nanoseconds)"
+        #expect(mkdir(directory, 0o700) == 0)
+        defer { removeTree(directory) }
+        let loop = try EventLoop(name: "streams-test")
+        loop.start()
+        defer {
+            loop.stop()
+            loop.waitUntilStopped()
+        }
+        let services = FakeServices(loop: loop, stateDirectory: directory, bufferLimit: 64 * 1024)
+        let seen = try await services.run { services -> [[Int]] in
+            services.components = [StreamSessions(), SocketpairTransport()]
+            try services.launchConnected(Self.app, mode: .externalAccessory)
+            let streams = services.component(StreamSessions.self)!
+            let transport = services.component(SocketpairTransport.self)!
+            var opened: [Int] = []
+            for holder in [SessionHolder.app(Self.app), .control(7), .app(Self.app), .app(Self.app)] {
+                opened.append(try streams.open(
+                    holder: holder, name: "socketpair", transport: transport, wakeMode: .externalAccessory, services: services))
+            }
+            let (first, terminal, second, third) = (opened[0], opened[1], opened[2], opened[3])
+            var seen = [[first, terminal, second, third],
+                        streams.sessions(heldBy: .app(Self.app)), streams.sessions(heldBy: .control(7)),
+                        streams.sessions(heldBy: .app(Self.app), transport: transport)]
+            streams.end(second, reason: "test", willReopen: false, notify: false, services: services)
+            streams.forget(terminal)
+            seen += [streams.sessions(heldBy: .app(Self.app)), streams.sessions(heldBy: .control(7)),
+                     streams.sessions(heldBy: .app("org.vigil.test.other"))]
+            return seen
+        }
+        let ids = seen[0]
+        #expect(ids == ids.sorted() && Set(ids).count == 4)
+        #expect(seen[1] == [ids[0], ids[2], ids[3]])
+        #expect(seen[2] == [ids[1]])
+        #expect(seen[3] == [ids[0], ids[2], ids[3]])
+        #expect(seen[4] == [ids[0], ids[3]])
+        #expect(seen[5] == [])
+        #expect(seen[6] == [])
+    }
+
     @Test func oneDataEventAtATimeAndTheNextAnnouncedAtTheAcknowledgement() async throws {
         try await withSession { services, session, peer in
             try peer.writeAll(Array(repeating: 1, count: 100))

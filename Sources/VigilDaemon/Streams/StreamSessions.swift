@@ -17,7 +17,12 @@ final class StreamSessions: EventDeliveryObserver {
     let name = "streams"
     let requestTypes: Set<String> = [WriteToSession.type, CloseSession.type]
 
+    /// Changed only through `add` and `remove`, which keep `idsByHolder`.
     private var sessions: [Int: StreamSession] = [:]
+    /// Each holder's session ids, ascending: every acknowledgement and
+    /// suspension asks for an app's sessions (`sessions(heldBy:)`), which
+    /// must not cost a walk over every session of every app.
+    private var idsByHolder: [SessionHolder: [Int]] = [:]
     private var nextID = 1
     /// Ended sessions whose logs still back data events their app has not
     /// acknowledged (they go to its next process): session id -> app.
@@ -82,9 +87,9 @@ final class StreamSessions: EventDeliveryObserver {
         let id = nextID
         let log = try openLog(id, services: services)
         nextID += 1
-        sessions[id] = StreamSession(
+        add(StreamSession(
             id: id, holder: holder, name: name, transport: transport, wakeMode: wakeMode,
-            coalescing: coalescing.flatMap { $0 > .zero ? $0 : nil }, details: details, records: records, log: log)
+            coalescing: coalescing.flatMap { $0 > .zero ? $0 : nil }, details: details, records: records, log: log))
         return id
     }
 
@@ -107,14 +112,14 @@ final class StreamSessions: EventDeliveryObserver {
             id: saved.id, holder: saved.holder, name: saved.name, transport: transport, wakeMode: wakeMode,
             coalescing: coalescing.flatMap { $0 > .zero ? $0 : nil }, details: saved.details,
             records: saved.details[Self.recordsKey] == .bool(true), log: log)
-        sessions[saved.id] = session
+        add(session)
         if let app = session.app { restoreLog(session, app: app, services: services) }
         return true
     }
 
     /// A session that never carried data (its endpoint could not be opened): gone without a trace.
     func forget(_ id: Int) {
-        guard let session = sessions.removeValue(forKey: id) else { return }
+        guard let session = remove(id) else { return }
         session.log.remove()
         grantedLogs[id] = nil
     }
@@ -129,10 +134,27 @@ final class StreamSessions: EventDeliveryObserver {
         parts.append("\(sessions.count) sessions")
     }
 
-    /// The ids of the sessions `holder` holds, of one transport or all.
+    /// The ids of the sessions `holder` holds, of one transport or all, ascending.
     func sessions(heldBy holder: SessionHolder, transport: (any StreamTransport)? = nil) -> [Int] {
-        guard !sessions.isEmpty else { return [] }  // every acknowledgement and suspension asks: most have none
-        return sessions.values.filter { $0.holder == holder && (transport == nil || $0.transport === transport!) }.map(\.id).sorted()
+        guard let ids = idsByHolder[holder] else { return [] }  // every acknowledgement and suspension asks: most have none
+        guard let transport else { return ids }
+        return ids.filter { sessions[$0]?.transport === transport }
+    }
+
+    private func add(_ session: StreamSession) {
+        remove(session.id)  // a restore over a session of the same id replaces it
+        sessions[session.id] = session
+        var ids = idsByHolder[session.holder, default: []]
+        ids.insert(session.id, at: ids.firstIndex { $0 > session.id } ?? ids.endIndex)
+        idsByHolder[session.holder] = ids
+    }
+
+    @discardableResult
+    private func remove(_ id: Int) -> StreamSession? {
+        guard let session = sessions.removeValue(forKey: id) else { return nil }
+        idsByHolder[session.holder]?.removeAll { $0 == id }
+        if idsByHolder[session.holder]?.isEmpty == true { idsByHolder[session.holder] = nil }
+        return session
     }
 
     /// Changes what the transport saves of a session (written with the next `record`).
@@ -209,7 +231,7 @@ final class StreamSessions: EventDeliveryObserver {
         closeEndpoint(session, services: services)
         if !willReopen {
             retire(session, services: services)
-            sessions[id] = nil
+            remove(id)
             session.transport.sessionEnded(id, services: services)
             record(services: services)
         }

@@ -24,8 +24,9 @@ extension LifecycleEngine {
     /// next read of a port); changes accumulate until then.
     public func journalChanges(into journal: inout JournalEncoder) {
         guard !changedSinceJournal.isEmpty else { return }
-        // Sorted: the journal's order must not depend on a Set's.
-        let changed = changedSinceJournal.sorted()
+        // Sorted: the journal's order must not depend on a Set's (one app,
+        // as in a wake, needs no sort).
+        let changed = changedSinceJournal.count == 1 ? Array(changedSinceJournal) : changedSinceJournal.sorted()
         changedSinceJournal.removeAll(keepingCapacity: true)
         for id in changed {
             // In place: taking the changes must not copy the record or its queue.

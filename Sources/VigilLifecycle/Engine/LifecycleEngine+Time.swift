@@ -22,22 +22,25 @@ extension LifecycleEngine {
     }
 
     /// `inout` only so that the record is read where it lies, not copied.
+    /// The earliest kept in a running minimum, not an array: this runs for
+    /// every app changed by an engine call (three times per wake).
     private func deadline(of app: inout AppRecord) -> UInt64? {
-        var candidates: [UInt64] = []
-        if let terminateAt = app.terminateAt { candidates.append(terminateAt) }
-        if let connectBy = app.connectBy { candidates.append(connectBy) }
-        if let refresh = refreshDeadline(of: app) { candidates.append(refresh) }
+        var earliest: UInt64?
+        func consider(_ instant: UInt64) { earliest = min(earliest ?? instant, instant) }
+        if let terminateAt = app.terminateAt { consider(terminateAt) }
+        if let connectBy = app.connectBy { consider(connectBy) }
+        if let refresh = refreshDeadline(of: app) { consider(refresh) }
         if app.state == .background, let limit = app.limitAt {
             if app.tasks.isEmpty {
-                if let suspendAt = app.suspendAt { candidates.append(min(suspendAt, limit)) }
+                if let suspendAt = app.suspendAt { consider(min(suspendAt, limit)) }
             } else {
                 if !app.expirationWarned {
-                    candidates.append(limit - min(limit, nanoseconds(timings.expirationWarning)))
+                    consider(limit - min(limit, nanoseconds(timings.expirationWarning)))
                 }
-                candidates.append(limit)
+                consider(limit)
             }
         }
-        return candidates.min()
+        return earliest
     }
 
     /// Acts on every deadline that has passed by `now`.
