@@ -14,12 +14,13 @@ lab/peers/pairing_peripheral.py):
 3. legacy pairing (a peer without Secure Connections), passkey entry through
    vigilctl: `vigilctl ble pair` asks for the passkey the peer displays on
    its terminal (typed here on its stdin); authenticated keys and read;
-4. (legacy Just Works is not here: in the lab the peer finished pairing
-   within 3 s, but BlueZ's Device1.Pair had not returned 30 s later; see
-   the branch's report);
-5. (opt-in, VIGIL_LAB_PRIVACY=1: its Pair did not always return) a peer
-   with privacy (--privacy: it advertises under resolvable private
-   addresses only): connected and paired under its first private address,
+4. legacy Just Works (a peer without Secure Connections and no IO):
+   `ble.pair` is accepted by the agent's policy without a prompt and
+   returns paired and bonded; the encrypted read;
+5. a peer with privacy (--privacy: it advertises under resolvable private
+   addresses only): connected and paired under its first private address
+   (BlueZ 5.66's Pair sometimes never replies here: `ble.pair` ends when
+   the device object reports itself paired, docs/bluetooth.md),
    vigild's record moves to the identity address the bond gave BlueZ; the
    peer takes a new private address (disconnecting), and the connect
    request, kept under the identity, reconnects it: encrypted with the
@@ -51,6 +52,7 @@ import vigil  # noqa: E402  (clients/python, on the path through accessory_lab)
 KILLED = "C0:DE:00:00:00:66"
 COMPARE = "C0:DE:00:00:00:67"
 LEGACY = "C0:DE:00:00:00:68"
+LEGACY_JW = "C0:DE:00:00:00:69"
 IDENTITY = "C0:DE:00:00:00:6A"
 CENTRAL_JW, CENTRAL_NC = "C0:DE:00:00:00:6B", "C0:DE:00:00:00:6C"
 SERVICE = "7a1b0066-0000-4000-8000-00000000f00d"
@@ -91,13 +93,11 @@ def connect(address, timeout=90):
 
 
 def new_event(peer, kind, before, timeout=40):
-    """The peer's first `kind` event after the first `before` of them."""
-    deadline = time.monotonic() + timeout
-    while len(peer.events(kind)) <= before:
-        if time.monotonic() > deadline:
-            raise LabError(f"the peer emitted no '{kind}' event\n{daemon.diagnostics()}")
-        time.sleep(0.1)
-    return peer.events(kind)[before]
+    """The peer's first `kind` event after the first `before` of them, or vigild's log in the error."""
+    try:
+        return peer.next_event(kind, before, timeout)
+    except LabError as error:
+        raise LabError(f"{error}\n{daemon.diagnostics()}") from None
 
 
 async def pair_answering(address, answer, timeout=120):
@@ -226,10 +226,30 @@ daemon.control.request("ble.forget", peripheral=LEGACY)
 daemon.control.request("ble.disconnect", peripheral=LEGACY)
 peer.stop()
 
+# ------------------------------------------------ 4. legacy Just Works ----
+peer = lab.Peer.start("legacy-jw", "pairing_peripheral.py", "--io", "none", "--security", "encrypted",
+                      "--legacy", "--address", LEGACY_JW, timeout=120)
+connect(LEGACY_JW)
+started = time.monotonic()
+try:
+    reply = daemon.control.request("ble.pair", peripheral=LEGACY_JW)
+except acc.VigilError as error:
+    raise LabError(f"legacy Just Works: {error}; the peer: {peer.events()}\n{daemon.diagnostics()}")
+took = time.monotonic() - started
+if not (reply["paired"] and reply["bonded"]):
+    raise LabError(f"legacy Just Works: {reply.header}\n{daemon.diagnostics()}")
+paired = peer.wait_event("paired", timeout=30)
+if read_location(LEGACY_JW) != b"\x01":
+    raise LabError("the encrypted read after legacy Just Works returned the wrong value")
+no_reply = daemon.logged_since(0, f"{LEGACY_JW}: BlueZ reports it paired before its Pair replied")
+log(f"4. legacy Just Works: paired and bonded in {took:.1f} s (authenticated {paired['authenticated']}; "
+    f"{'BlueZ never replied to Pair, ended by Paired' if no_reply else 'Pair replied'}); encrypted read")
+daemon.control.request("ble.forget", peripheral=LEGACY_JW)
+daemon.control.request("ble.disconnect", peripheral=LEGACY_JW)
+peer.stop()
+
+
 # ------------------------------------------------- 5. a peer with privacy ----
-# Opt-in (VIGIL_LAB_PRIVACY=1): in 1 of 2 whole runs on a quiet machine,
-# ble.pair to the private peer got no reply within 30 s (BlueZ's
-# Device1.Pair did not return, as with legacy Just Works in 4); issue 27.
 def private_peer():
     global peer
     peer = lab.Peer.start("private", "pairing_peripheral.py", "--io", "none", "--security", "encrypted",
@@ -238,15 +258,18 @@ def private_peer():
     if first == IDENTITY:
         raise LabError("the private peer advertises under its identity address")
     connect(first)
+    offset = os.path.getsize(daemon.log_path)
     reply = daemon.control.request("ble.pair", peripheral=first)
     if not (reply["paired"] and reply["bonded"]):
         raise LabError(f"pairing the private peer: {reply.header}\n{daemon.diagnostics()}")
+    no_reply = daemon.logged_since(offset, f"{first}: BlueZ reports it paired before its Pair replied")
     peer.wait_event("paired", timeout=30)
     daemon.wait(lambda: device(IDENTITY) is not None and device(first) is None, 30,
                 f"vigild's record moved from {first} to the identity {IDENTITY}")
     if read_location(IDENTITY) != b"\x01":
         raise LabError("the encrypted read under the identity returned the wrong value")
-    log(f"5. private peer paired under {first}; BlueZ and vigild now know it as {IDENTITY}")
+    log(f"5. private peer paired under {first} ({'BlueZ never replied to Pair, ended by Paired' if no_reply else 'Pair replied'}); "
+        f"BlueZ and vigild now know it as {IDENTITY}")
     advertised, connected = len(peer.events("advertising")), len(peer.events("connected"))
     paired = len(peer.events("paired"))
     peer.command("rotate")
@@ -266,10 +289,7 @@ def private_peer():
     peer.stop()
 
 
-if os.environ.get("VIGIL_LAB_PRIVACY") == "1":
-    private_peer()
-else:
-    log("5. the private peer: skipped (VIGIL_LAB_PRIVACY=1 runs it; its Pair does not always return)")
+private_peer()
 
 # ------------------------ 6. the peripheral role: a central that must pair ----
 daemon.control.request("ble.addService", service={"uuid": SERVICE, "characteristics": [
