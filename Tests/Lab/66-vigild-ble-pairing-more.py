@@ -227,6 +227,10 @@ daemon.control.request("ble.disconnect", peripheral=LEGACY)
 peer.stop()
 
 # ------------------------------------------------ 4. legacy Just Works ----
+# The HCI trace of parts 4 and 5 (the pairings whose Pair BlueZ 5.66 may not
+# answer), in the guest's logs: `btmon -r 66-pairing.btsnoop`.
+btmon = subprocess.Popen(["btmon", "-w", os.path.join(lab.LOGS, "66-pairing.btsnoop")],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 peer = lab.Peer.start("legacy-jw", "pairing_peripheral.py", "--io", "none", "--security", "encrypted",
                       "--legacy", "--address", LEGACY_JW, timeout=120)
 connect(LEGACY_JW)
@@ -290,6 +294,8 @@ def private_peer():
 
 
 private_peer()
+btmon.terminate()
+btmon.wait(10)
 
 # ------------------------ 6. the peripheral role: a central that must pair ----
 daemon.control.request("ble.addService", service={"uuid": SERVICE, "characteristics": [
