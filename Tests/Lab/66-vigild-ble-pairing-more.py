@@ -14,6 +14,9 @@ lab/peers/pairing_peripheral.py):
 3. legacy pairing (a peer without Secure Connections), passkey entry through
    vigilctl: `vigilctl ble pair` asks for the passkey the peer displays on
    its terminal (typed here on its stdin); authenticated keys and read;
+3b. passkey display toward a keyboard-only peer: the passkey BlueZ shows
+   reaches the pairing app as a `displayPasskey` prompt (an event, nothing
+   to answer); the peer's user types it; authenticated keys and read;
 4. legacy Just Works (a peer without Secure Connections and no IO):
    `ble.pair` is accepted by the agent's policy without a prompt and
    returns paired and bonded; the encrypted read;
@@ -53,6 +56,7 @@ KILLED = "C0:DE:00:00:00:66"
 COMPARE = "C0:DE:00:00:00:67"
 LEGACY = "C0:DE:00:00:00:68"
 LEGACY_JW = "C0:DE:00:00:00:69"
+KEYBOARD = "C0:DE:00:00:00:6D"
 IDENTITY = "C0:DE:00:00:00:6A"
 CENTRAL_JW, CENTRAL_NC = "C0:DE:00:00:00:6B", "C0:DE:00:00:00:6C"
 SERVICE = "7a1b0066-0000-4000-8000-00000000f00d"
@@ -224,6 +228,35 @@ if read_location(LEGACY) != b"\x01":
 log(f"3. legacy passkey entry through vigilctl (typed {shown:06d}): {json.loads(out)}; authenticated read")
 daemon.control.request("ble.forget", peripheral=LEGACY)
 daemon.control.request("ble.disconnect", peripheral=LEGACY)
+peer.stop()
+
+# ------------------- 3b. passkey display toward a keyboard-only peer ----
+peer = lab.Peer.start("keyboard", "pairing_peripheral.py", "--io", "keyboard", "--passkey", "-1",
+                      "--security", "authenticated", "--address", KEYBOARD, timeout=120)
+connect(KEYBOARD)
+
+
+async def type_shown_passkey(prompt, central):
+    # vigild (KeyboardDisplay) shows the passkey; the peer's user types it.
+    if prompt["kind"] == "displayPasskey":
+        await asyncio.get_running_loop().run_in_executor(
+            None, lambda: (new_event(peer, "passkey-asked", 0), peer.command(f"type {prompt['passkey']}")))
+
+result, prompts = asyncio.run(pair_answering(KEYBOARD, type_shown_passkey))
+if isinstance(result, vigil.VigilError):
+    raise LabError(f"passkey display: {result}; prompts {prompts}; peer {peer.events()}\n{daemon.diagnostics()}")
+if [p["kind"] for p in prompts][:1] != ["displayPasskey"] or not result["bonded"]:
+    raise LabError(f"passkey display: {result}, prompts {prompts}")
+typed = new_event(peer, "typed", 0)
+if typed["passkey"] != prompts[0]["passkey"]:
+    raise LabError(f"the peer typed {typed}, the app was shown {prompts[0]}")
+peer.wait_event("paired", timeout=30, authenticated=True)
+if read_location(KEYBOARD) != b"\x01":
+    raise LabError("the authenticated read after passkey display returned the wrong value")
+log(f"3b. passkey display: the app was shown {prompts[0]['passkey']:06d} (an event, no answer), the "
+    "keyboard-only peer typed it; bonded, authenticated read")
+daemon.control.request("ble.forget", peripheral=KEYBOARD)
+daemon.control.request("ble.disconnect", peripheral=KEYBOARD)
 peer.stop()
 
 # ------------------------------------------------ 4. legacy Just Works ----
