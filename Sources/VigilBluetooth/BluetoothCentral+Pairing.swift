@@ -324,9 +324,10 @@ extension BluetoothCentral {
 
     /// How long a `ble.pair` may take: a prompt's answer (vigild's own
     /// deadline), an LE connection if BlueZ must make one (the kernel gives up
-    /// after 20 s), and SMP (the kernel's 30 s timeout). BlueZ has no
-    /// overall bound of its own (its agent requests wait 60 s, Pair none).
-    var pairingDeadline: Duration { agent.promptTimeout + .seconds(50) }
+    /// after 20 s), and SMP (the kernel's 30 s timeout); never longer than
+    /// bluetoothd's own bound on a pairing (BONDING_TIMEOUT, 120 s, after
+    /// which it cancels the kernel's), whatever the prompt timeout.
+    var pairingDeadline: Duration { min(agent.promptTimeout + .seconds(50), .seconds(120)) }
 
     /// BlueZ's Device1.Pair, its reply handed to the attempt it belongs to.
     private func callPair(_ bus: DBusConnection, _ path: ObjectPath, id: Int) async {

@@ -279,6 +279,9 @@ paired = peer.wait_event("paired", timeout=30)
 if read_location(LEGACY_JW) != b"\x01":
     raise LabError("the encrypted read after legacy Just Works returned the wrong value")
 no_reply = daemon.logged_since(0, f"{LEGACY_JW}: BlueZ reports it paired before its Pair replied")
+# Which objects BlueZ paired (the peer hands out its controller's public address as its identity).
+log("4. BlueZ's devices: " + ", ".join(f"{str(path).rsplit('/', 1)[-1]} {d.get('Address')} paired {bool(d.get('Paired'))}"
+                                       for path, d in sorted(bz.devices().items())))
 log(f"4. legacy Just Works: paired and bonded in {took:.1f} s (authenticated {paired['authenticated']}; "
     f"{'BlueZ never replied to Pair, ended by Paired' if no_reply else 'Pair replied'}); encrypted read")
 daemon.control.request("ble.forget", peripheral=LEGACY_JW)
