@@ -282,10 +282,10 @@ extension BluetoothCentral {
         log("bluetooth: \(address): pairing, asked by \(client)")
         let outcome = await withCheckedContinuation { (continuation: CheckedContinuation<PairingOutcome, Never>) in
             let timer = loop.schedule(after: limit) { [weak self] in
-                self?.assumeIsolated { $0.endPairing(id, .deadline(limit)) }
+                self?.assumeIsolated { _ = $0.endPairing(id, .deadline(limit)) }
             }
             agent.attempts[address] = PairingAttempt(client: client, id: id, path: path, finish: continuation, deadline: timer)
-            loop.task { [weak self] in await self?.callPair(bus, path, id: id) }
+            loop.task { [weak self] in await self?.callPair(bus, path, id: id, address: address) }
         }
         // The attempt may have moved to another address meanwhile (deviceAddressChanged).
         let ended = agent.attempts.first { $0.value.id == id }
@@ -298,7 +298,8 @@ extension BluetoothCentral {
         case .replied:
             break
         case .pairedWithoutReply:
-            log("bluetooth: \(address): BlueZ reports it paired before its Pair replied: the pairing is done (a late reply is ignored)")
+            // bluetoothd signals Paired just before it replies; the reply is not waited for.
+            log("bluetooth: \(address): BlueZ reports it paired: the pairing is done (Pair's reply not waited for)")
         case let .failed(error):
             let short = error.name.hasPrefix("org.bluez.Error.") ? String(error.name.dropFirst("org.bluez.Error.".count)) : error.name
             failure = ProtocolError(.deviceError, "pairing with \(address) failed: \(short) (\(error.name): \(error.message))\(why)")
@@ -330,10 +331,12 @@ extension BluetoothCentral {
     var pairingDeadline: Duration { min(agent.promptTimeout + .seconds(50), .seconds(120)) }
 
     /// BlueZ's Device1.Pair, its reply handed to the attempt it belongs to.
-    private func callPair(_ bus: DBusConnection, _ path: ObjectPath, id: Int) async {
+    private func callPair(_ bus: DBusConnection, _ path: ObjectPath, id: Int, address: String) async {
         do {
             _ = try await bus.call(destination: BlueZ.service, path: path, interface: BlueZ.device, member: "Pair", timeout: pairingDeadline + .seconds(30))
-            endPairing(id, .replied)
+            if !endPairing(id, .replied) {
+                log("bluetooth: \(address): BlueZ's Pair replied after the pairing had ended (ignored)")
+            }
         } catch let error as DBusError where error.name == "org.bluez.Error.AlreadyExists" {
             endPairing(id, .replied)  // paired already (by someone else meanwhile)
         } catch let error as DBusError {
@@ -346,20 +349,22 @@ extension BluetoothCentral {
     /// Resumes the attempt's `ble.pair` once: a second ending (the late Pair
     /// reply after the device said it was paired, or after the deadline) finds
     /// nothing to resume.
-    func endPairing(_ id: Int, _ outcome: PairingOutcome) {
+    /// Returns whether it ended the pairing.
+    @discardableResult
+    func endPairing(_ id: Int, _ outcome: PairingOutcome) -> Bool {
         guard let address = agent.attempts.first(where: { $0.value.id == id })?.key,
-              let finish = agent.attempts[address]?.finish else {
-            if case .replied = outcome { log("bluetooth: a late Pair reply for an ended pairing: ignored") }
-            return
-        }
+              let finish = agent.attempts[address]?.finish else { return false }
         agent.attempts[address]?.finish = nil
         if let timer = agent.attempts[address]?.deadline { loop.cancelTimer(timer) }
         finish.resume(returning: outcome)
+        return true
     }
 
     /// A device object's Paired or Bonded changed: a `ble.pair` waiting on it
     /// (by its path, or by its address if BlueZ made another object for the
     /// identity) ends when it is paired, and bonded where the adapter bonds.
+    /// bluetoothd signals this just before its Pair reply, and sometimes
+    /// (5.66) sends no reply at all.
     func pairedChanged(_ device: DeviceView) {
         guard device.paired else { return }
         let bondable = tree.adapters.first { $0.path == device.adapter }?.properties["Pairable"]?.bool ?? true

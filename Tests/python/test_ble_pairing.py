@@ -189,10 +189,11 @@ class PairingTests(PairingRig):
         self.assertNotIsInstance(reply, VigilError, f"{reply}\n{self.diagnostics()}")
         self.assertEqual((reply["peripheral"], reply["paired"], reply["bonded"]), (IDENTITY, True, True))
         self.assertEqual(prompts, [])
-        self.assertIn("paired before its Pair replied", self.vigild_log())
+        self.assertIn(f"{HRM}: BlueZ reports it paired", self.vigild_log())
         # The lost reply arrives after all: ignored, nothing answered twice, nothing stuck.
         self.assertTrue(self.mock.control.ReleasePairReply(self.hrm))
-        self.wait_until(lambda: "late Pair reply for an ended pairing: ignored" in self.vigild_log(), "the late reply ignored")
+        self.wait_until(lambda: f"{HRM}: BlueZ's Pair replied after the pairing had ended (ignored)" in self.vigild_log(),
+                        "the late reply ignored")
         self.assertTrue(self.control.request("ble.pair", peripheral=IDENTITY)["paired"])
         self.control.request("ble.forget", peripheral=IDENTITY)
         self.wait_until(lambda: self.device(IDENTITY) is None, "forgotten")
