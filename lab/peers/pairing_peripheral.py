@@ -122,7 +122,15 @@ async def run(a: argparse.Namespace, events: _peerlib.Events) -> None:
         # The resolvable private address to take at the next advertising start.
         next_rpa: list[hci.Address] = []
 
+        # Held while advertising is switched (here or by the refresh loop), so
+        # a rotation and a refresh toggle never interleave.
+        advertising_lock = asyncio.Lock()
+
         async def advertise() -> None:
+            async with advertising_lock:
+                await switch_advertising()
+
+        async def switch_advertising() -> None:
             if device.is_advertising:
                 if not next_rpa:
                     return
@@ -162,7 +170,8 @@ async def run(a: argparse.Namespace, events: _peerlib.Events) -> None:
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
         _peerlib.mark_ready(a.ready_file)
-        refresh = asyncio.ensure_future(_peerlib.refresh_advertising_loop(device, a.adv_refresh, lambda: True))
+        refresh = asyncio.ensure_future(_peerlib.refresh_advertising_loop(device, a.adv_refresh, lambda: True,
+                                                                          lock=advertising_lock))
         commands = asyncio.ensure_future(_peerlib.control_loop(a.control, command))
         await stop.wait()
         refresh.cancel()
