@@ -277,6 +277,11 @@ peer.stop()
 # answer), in the guest's logs: `btmon -r 66-pairing.btsnoop`.
 btmon = subprocess.Popen(["btmon", "-w", os.path.join(lab.LOGS, "66-pairing.btsnoop")],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+# And the bus: whether bluetoothd sent Pair's reply (a method return or an
+# error to vigild) when it did not arrive.
+bus_trace = open(os.path.join(lab.LOGS, "66-pairing.dbus.txt"), "w")
+dbus_monitor = subprocess.Popen(["dbus-monitor", "--system", "member='Pair'", "type='method_return'", "type='error'",
+                                 "member='PropertiesChanged'"], stdout=bus_trace, stderr=subprocess.STDOUT)
 peer = lab.Peer.start("legacy-jw", "pairing_peripheral.py", "--io", "none", "--security", "encrypted",
                       "--legacy", "--address", LEGACY_JW, timeout=120)
 connect(LEGACY_JW)
@@ -343,8 +348,10 @@ def private_peer():
 
 
 private_peer()
-btmon.terminate()
-btmon.wait(10)
+for tracer in (btmon, dbus_monitor):
+    tracer.terminate()
+    tracer.wait(10)
+bus_trace.close()
 
 # ------------------------ 6. the peripheral role: a central that must pair ----
 daemon.control.request("ble.addService", service={"uuid": SERVICE, "characteristics": [
