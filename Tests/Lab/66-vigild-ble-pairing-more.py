@@ -40,6 +40,7 @@ lab/peers/pairing_peripheral.py):
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -349,7 +350,7 @@ def private_peer():
 
 private_peer()
 for tracer in (btmon, dbus_monitor):
-    tracer.terminate()
+    tracer.send_signal(signal.SIGINT)  # btmon flushes its file on SIGINT (SIGTERM left it cut short)
     tracer.wait(10)
 bus_trace.close()
 
