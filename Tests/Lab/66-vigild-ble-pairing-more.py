@@ -34,7 +34,9 @@ lab/peers/pairing_peripheral.py):
    the first read, pairs Just Works (accepted by the agent's policy: a
    client publishes services) and reads it; another central is refused the
    authenticated read, pairs by numeric comparison, the confirm prompt
-   reaching the publishing client, which compares and accepts; it reads.
+   reaching the publishing client, which compares and accepts; it reads; a
+   third, with only a display, pairs by passkey entry: the publishing
+   client gets the passkey prompt and types what the central shows.
 """
 # lab-timeout: 720
 import asyncio
@@ -59,7 +61,7 @@ LEGACY = "C0:DE:00:00:00:68"
 LEGACY_JW = "C0:DE:00:00:00:69"
 KEYBOARD = "C0:DE:00:00:00:6D"
 IDENTITY = "C0:DE:00:00:00:6A"
-CENTRAL_JW, CENTRAL_NC = "C0:DE:00:00:00:6B", "C0:DE:00:00:00:6C"
+CENTRAL_JW, CENTRAL_NC, CENTRAL_PK = "C0:DE:00:00:00:6B", "C0:DE:00:00:00:6C", "C0:DE:00:00:00:6E"
 SERVICE = "7a1b0066-0000-4000-8000-00000000f00d"
 ENCRYPTED, AUTHENTICATED = (f"7a1b006{n}-0000-4000-8000-00000000f00d" for n in (7, 8))
 HRS, LOCATION = "180d", "2a38"
@@ -413,6 +415,22 @@ if not paired or not paired["authenticated"] or reads != ["a2"]:
     raise LabError(f"the numeric-comparison central: {evs}")
 log(f"6. a central refused the authenticated read paired by numeric comparison ({shown:06d}, confirmed by "
     "the publishing client) and read a2")
+
+central, events = start_central("central-pk", CENTRAL_PK, "display", AUTHENTICATED)
+prompt = daemon.push(daemon.control, "ble.pairingRequest", timeout=90)
+attributes = prompt["attributes"] if "attributes" in prompt.header else prompt.header
+shown = lab.wait_for(lambda: next((e["number"] for e in central_events(events) if e["event"] == "passkey"), None),
+                     30, "the passkey the central displays")
+if attributes.get("kind") != "passkey":
+    raise LabError(f"the publisher's prompt {attributes} (the central displays {shown})")
+daemon.control.request("ble.pairingResponse", request=attributes["request"], accept=True, passkey=shown)
+evs = finish_central(central)
+paired = next((e for e in evs if e["event"] == "paired"), None)
+reads = [e["value"] for e in evs if e["event"] == "read"]
+if not paired or not paired["authenticated"] or reads != ["a2"]:
+    raise LabError(f"the passkey-entry central: {evs}")
+log(f"6. a central with only a display paired by passkey entry (it showed {shown:06d}, the publishing client "
+    "typed it) and read a2")
 daemon.control.request("ble.stopAdvertising")
 daemon.control.request("ble.removeService")
 bz.forget_all()
