@@ -364,7 +364,7 @@ extension BluetoothCentral {
     /// (by its path, or by its address if BlueZ made another object for the
     /// identity) ends when it is paired, and bonded where the adapter bonds.
     /// bluetoothd signals this just before its Pair reply, and sometimes
-    /// (5.66) sends no reply at all.
+    /// (5.66) sends no reply at all (lab 66: a Just Works pairing ending as service discovery does).
     func pairedChanged(_ device: DeviceView) {
         guard device.paired else { return }
         let bondable = tree.adapters.first { $0.path == device.adapter }?.properties["Pairable"]?.bool ?? true
