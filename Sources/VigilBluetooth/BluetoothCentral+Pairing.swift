@@ -45,9 +45,9 @@ enum PairingOutcome {
     /// BlueZ's Pair replied (or said AlreadyExists).
     case replied
     /// The device object reported Paired (and Bonded, on a bondable adapter)
-    /// before Pair replied: BlueZ 5.66 sometimes never replies (a peer whose
-    /// address resolved to its identity mid-Pair).
-    case pairedWithoutReply
+    /// before Pair replied: bluetoothd signals it just before its reply, and
+    /// 5.66 sometimes sends no reply at all.
+    case reportedPaired
     case failed(DBusError)
     case deadline(Duration)
 }
@@ -297,8 +297,7 @@ extension BluetoothCentral {
         switch outcome {
         case .replied:
             break
-        case .pairedWithoutReply:
-            // bluetoothd signals Paired just before it replies; the reply is not waited for.
+        case .reportedPaired:
             log("bluetooth: \(address): BlueZ reports it paired: the pairing is done (Pair's reply not waited for)")
         case let .failed(error):
             let short = error.name.hasPrefix("org.bluez.Error.") ? String(error.name.dropFirst("org.bluez.Error.".count)) : error.name
@@ -346,10 +345,9 @@ extension BluetoothCentral {
         }
     }
 
-    /// Resumes the attempt's `ble.pair` once: a second ending (the late Pair
-    /// reply after the device said it was paired, or after the deadline) finds
-    /// nothing to resume.
-    /// Returns whether it ended the pairing.
+    /// Resumes the attempt's `ble.pair` once, and says whether it did: a
+    /// second ending (the Pair reply after the device said it was paired, or
+    /// after the deadline) finds nothing to resume.
     @discardableResult
     func endPairing(_ id: Int, _ outcome: PairingOutcome) -> Bool {
         guard let address = agent.attempts.first(where: { $0.value.id == id })?.key,
@@ -363,14 +361,14 @@ extension BluetoothCentral {
     /// A device object's Paired or Bonded changed: a `ble.pair` waiting on it
     /// (by its path, or by its address if BlueZ made another object for the
     /// identity) ends when it is paired, and bonded where the adapter bonds.
-    /// bluetoothd signals this just before its Pair reply, and sometimes
-    /// (5.66) sends no reply at all (lab 66: a Just Works pairing ending as service discovery does).
+    /// bluetoothd signals this just before its Pair reply, and 5.66 sometimes
+    /// sends no reply at all (lab 66: Just Works ending with service discovery).
     func pairedChanged(_ device: DeviceView) {
         guard device.paired else { return }
         let bondable = tree.adapters.first { $0.path == device.adapter }?.properties["Pairable"]?.bool ?? true
         guard device.bonded || !bondable else { return }
         for (address, attempt) in agent.attempts where attempt.path == device.path || address == device.address {
-            endPairing(attempt.id, .pairedWithoutReply)
+            endPairing(attempt.id, .reportedPaired)
         }
     }
 
