@@ -316,6 +316,7 @@ extension BluetoothCentral {
             // The same address on another adapter is another object: not this link's.
             if changed["Connected"] != nil, isLinkDevice(device) { connectedChanged(device) }
             if changed["ServicesResolved"]?.unwrapped.bool == true, isLinkDevice(device) { servicesResolved(device) }
+            if changed["Paired"]?.unwrapped.bool == true || changed["Bonded"]?.unwrapped.bool == true { pairedChanged(device) }
             let advertised = ["RSSI", "ManufacturerData", "ServiceData", "UUIDs", "Name", "TxPower"]
             if advertised.contains(where: { changed[$0] != nil }) {
                 advertisementSeen(device)

@@ -30,8 +30,26 @@ struct PendingPrompt {
 struct PairingAttempt {
     let client: BluetoothClient
     let id: Int
+    /// The device object BlueZ pairs (its path stays when its address changes).
+    let path: ObjectPath
     /// What vigild knows of why it failed (a prompt unanswered or rejected).
     var why: String?
+    /// The waiting `ble.pair`, resumed once by whichever comes first: BlueZ's
+    /// Pair reply, the device reporting itself paired, or the deadline.
+    var finish: CheckedContinuation<PairingOutcome, Never>?
+    var deadline: TimerID?
+}
+
+/// How a pairing vigild started ended.
+enum PairingOutcome {
+    /// BlueZ's Pair replied (or said AlreadyExists).
+    case replied
+    /// The device object reported Paired (and Bonded, on a bondable adapter)
+    /// before Pair replied: bluetoothd signals it just before its reply, and
+    /// 5.66 sometimes sends no reply at all.
+    case reportedPaired
+    case failed(DBusError)
+    case deadline(Duration)
 }
 
 /// The pairing agent's policy and the pair / cancel / forget / trust requests.
@@ -259,22 +277,37 @@ extension BluetoothCentral {
         }
         if !agent.registered { log("bluetooth: \(address): pairing without vigild's agent registered (prompts go to another agent)") }
         let id = Int.random(in: 1...Int.max)
-        agent.attempts[address] = PairingAttempt(client: client, id: id)
+        let path = device.path
+        let limit = pairingDeadline
         log("bluetooth: \(address): pairing, asked by \(client)")
+        let outcome = await withCheckedContinuation { (continuation: CheckedContinuation<PairingOutcome, Never>) in
+            let timer = loop.schedule(after: limit) { [weak self] in
+                self?.assumeIsolated { _ = $0.endPairing(id, .deadline(limit)) }
+            }
+            agent.attempts[address] = PairingAttempt(client: client, id: id, path: path, finish: continuation, deadline: timer)
+            loop.task { [weak self] in await self?.callPair(bus, path, id: id, address: address) }
+        }
+        // The attempt may have moved to another address meanwhile (deviceAddressChanged).
+        let ended = agent.attempts.first { $0.value.id == id }
+        if let ended { agent.attempts[ended.key] = nil }
+        let why = ended?.value.why.map { ": \($0)" } ?? ""
+        let now = ended?.key ?? address
+        cancelPrompts(reason: "the pairing ended", where: { ($0.address == address || $0.address == now) && $0.client == client })
         var failure: ProtocolError?
-        do {
-            _ = try await bus.call(destination: BlueZ.service, path: device.path, interface: BlueZ.device, member: "Pair", timeout: .seconds(120))
-        } catch let error as DBusError where error.name == "org.bluez.Error.AlreadyExists" {
-            // Paired already (by someone else meanwhile).
-        } catch let error as DBusError {
-            let why = agent.attempts[address]?.why.map { ": \($0)" } ?? ""
+        switch outcome {
+        case .replied:
+            break
+        case .reportedPaired:
+            log("bluetooth: \(address): BlueZ reports it paired: the pairing is done (Pair's reply not waited for)")
+        case let .failed(error):
             let short = error.name.hasPrefix("org.bluez.Error.") ? String(error.name.dropFirst("org.bluez.Error.".count)) : error.name
             failure = ProtocolError(.deviceError, "pairing with \(address) failed: \(short) (\(error.name): \(error.message))\(why)")
-        } catch {
-            failure = ProtocolError(.deviceError, "pairing with \(address) failed: \(error)")
+        case let .deadline(limit):
+            // Past the time a prompt's answer and SMP take: BlueZ is told to
+            // stop, so neither its pairing nor vigild's attempt stays behind.
+            failure = ProtocolError(.deviceError, "pairing with \(address) did not end within \(limit): cancelled\(why)")
+            _ = try? await bus.call(destination: BlueZ.service, path: path, interface: BlueZ.device, member: "CancelPairing", timeout: .seconds(10))
         }
-        if agent.attempts[address]?.id == id { agent.attempts[address] = nil }
-        cancelPrompts(reason: "the pairing ended", where: { $0.address == address && $0.client == client })
         if let failure {
             log("bluetooth: \(failure.message)")
             throw failure
@@ -287,6 +320,56 @@ extension BluetoothCentral {
         let state = pairingState(current)
         log("bluetooth: \(address): paired (bonded \(state.bonded))\(current == address ? "" : ", now \(current)")")
         return state
+    }
+
+    /// How long a `ble.pair` may take: a prompt's answer (vigild's own
+    /// deadline), an LE connection if BlueZ must make one (the kernel gives up
+    /// after 20 s), and SMP (the kernel's 30 s timeout); never longer than
+    /// bluetoothd's own bound on a pairing (BONDING_TIMEOUT, 120 s, after
+    /// which it cancels the kernel's), whatever the prompt timeout.
+    var pairingDeadline: Duration { min(agent.promptTimeout + .seconds(50), .seconds(120)) }
+
+    /// BlueZ's Device1.Pair, its reply handed to the attempt it belongs to.
+    private func callPair(_ bus: DBusConnection, _ path: ObjectPath, id: Int, address: String) async {
+        do {
+            _ = try await bus.call(destination: BlueZ.service, path: path, interface: BlueZ.device, member: "Pair", timeout: pairingDeadline + .seconds(30))
+            if !endPairing(id, .replied) {
+                log("bluetooth: \(address): BlueZ's Pair replied after the pairing had ended (ignored)")
+            }
+        } catch let error as DBusError where error.name == "org.bluez.Error.AlreadyExists" {
+            endPairing(id, .replied)  // paired already (by someone else meanwhile)
+        } catch let error as DBusError {
+            endPairing(id, .failed(error))
+        } catch {
+            endPairing(id, .failed(.failed("\(error)")))
+        }
+    }
+
+    /// Resumes the attempt's `ble.pair` once, and says whether it did: a
+    /// second ending (the Pair reply after the device said it was paired, or
+    /// after the deadline) finds nothing to resume.
+    @discardableResult
+    func endPairing(_ id: Int, _ outcome: PairingOutcome) -> Bool {
+        guard let address = agent.attempts.first(where: { $0.value.id == id })?.key,
+              let finish = agent.attempts[address]?.finish else { return false }
+        agent.attempts[address]?.finish = nil
+        if let timer = agent.attempts[address]?.deadline { loop.cancelTimer(timer) }
+        finish.resume(returning: outcome)
+        return true
+    }
+
+    /// A device object's Paired or Bonded changed: a `ble.pair` waiting on it
+    /// (by its path, or by its address if BlueZ made another object for the
+    /// identity) ends when it is paired, and bonded where the adapter bonds.
+    /// bluetoothd signals this just before its Pair reply, and 5.66 sometimes
+    /// sends no reply at all (lab 66: Just Works ending with service discovery).
+    func pairedChanged(_ device: DeviceView) {
+        guard device.paired else { return }
+        let bondable = tree.adapters.first { $0.path == device.adapter }?.properties["Pairable"]?.bool ?? true
+        guard device.bonded || !bondable else { return }
+        for (address, attempt) in agent.attempts where attempt.path == device.path || address == device.address {
+            endPairing(attempt.id, .reportedPaired)
+        }
     }
 
     public func cancelPairing(_ client: BluetoothClient, address rawAddress: String) async throws(ProtocolError) {

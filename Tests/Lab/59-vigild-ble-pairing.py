@@ -127,12 +127,7 @@ async def pair_answering(answer):
 
 def new_passkey(before, timeout=30):
     """The passkey the peer displays for this attempt (not an earlier one's)."""
-    deadline = time.monotonic() + timeout
-    while len(peer.events("passkey")) <= before:
-        if time.monotonic() > deadline:
-            raise LabError("the peer displayed no passkey")
-        time.sleep(0.1)
-    return int(peer.events("passkey")[-1]["passkey"])
+    return int(peer.next_event("passkey", before, timeout)["passkey"])
 
 
 async def shown_passkey(prompt, central):

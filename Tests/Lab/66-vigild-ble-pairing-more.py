@@ -14,12 +14,16 @@ lab/peers/pairing_peripheral.py):
 3. legacy pairing (a peer without Secure Connections), passkey entry through
    vigilctl: `vigilctl ble pair` asks for the passkey the peer displays on
    its terminal (typed here on its stdin); authenticated keys and read;
-4. (legacy Just Works is not here: in the lab the peer finished pairing
-   within 3 s, but BlueZ's Device1.Pair had not returned 30 s later; see
-   the branch's report);
-5. (opt-in, VIGIL_LAB_PRIVACY=1: its Pair did not always return) a peer
-   with privacy (--privacy: it advertises under resolvable private
-   addresses only): connected and paired under its first private address,
+3b. passkey display toward a keyboard-only peer: the passkey BlueZ shows
+   reaches the pairing app as a `displayPasskey` prompt (an event, nothing
+   to answer); the peer's user types it; authenticated keys and read;
+4. legacy Just Works (a peer without Secure Connections and no IO):
+   `ble.pair` is accepted by the agent's policy without a prompt and
+   returns paired and bonded; the encrypted read;
+5. a peer with privacy (--privacy: it advertises under resolvable private
+   addresses only): connected and paired under its first private address
+   (BlueZ 5.66's Pair sometimes never replies here: `ble.pair` ends when
+   the device object reports itself paired, docs/bluetooth.md),
    vigild's record moves to the identity address the bond gave BlueZ; the
    peer takes a new private address (disconnecting), and the connect
    request, kept under the identity, reconnects it: encrypted with the
@@ -30,12 +34,15 @@ lab/peers/pairing_peripheral.py):
    the first read, pairs Just Works (accepted by the agent's policy: a
    client publishes services) and reads it; another central is refused the
    authenticated read, pairs by numeric comparison, the confirm prompt
-   reaching the publishing client, which compares and accepts; it reads.
+   reaching the publishing client, which compares and accepts; it reads; a
+   third, with only a display, pairs by passkey entry: the publishing
+   client gets the passkey prompt and types what the central shows.
 """
 # lab-timeout: 720
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -51,8 +58,10 @@ import vigil  # noqa: E402  (clients/python, on the path through accessory_lab)
 KILLED = "C0:DE:00:00:00:66"
 COMPARE = "C0:DE:00:00:00:67"
 LEGACY = "C0:DE:00:00:00:68"
+LEGACY_JW = "C0:DE:00:00:00:69"
+KEYBOARD = "C0:DE:00:00:00:6D"
 IDENTITY = "C0:DE:00:00:00:6A"
-CENTRAL_JW, CENTRAL_NC = "C0:DE:00:00:00:6B", "C0:DE:00:00:00:6C"
+CENTRAL_JW, CENTRAL_NC, CENTRAL_PK = "C0:DE:00:00:00:6B", "C0:DE:00:00:00:6C", "C0:DE:00:00:00:6E"
 SERVICE = "7a1b0066-0000-4000-8000-00000000f00d"
 ENCRYPTED, AUTHENTICATED = (f"7a1b006{n}-0000-4000-8000-00000000f00d" for n in (7, 8))
 HRS, LOCATION = "180d", "2a38"
@@ -90,14 +99,25 @@ def connect(address, timeout=90):
     daemon.wait(lambda: (device(address) or {}).get("state") == "connected", timeout, f"{address} connected")
 
 
+def pair_replied(offset, address, within=5):
+    """Did BlueZ's Pair reply (ble.pair ends at the first of the reply and
+    the device's Paired: bluetoothd 5.66 sometimes never replies)?"""
+    ended_by_paired = f"{address}: BlueZ reports it paired"
+    late_reply = f"{address}: BlueZ's Pair replied after the pairing had ended"
+    if not daemon.logged_since(offset, ended_by_paired):
+        return True
+    try:
+        return daemon.wait(lambda: daemon.logged_since(offset, late_reply), within, "Pair's reply")
+    except LabError:
+        return False
+
+
 def new_event(peer, kind, before, timeout=40):
-    """The peer's first `kind` event after the first `before` of them."""
-    deadline = time.monotonic() + timeout
-    while len(peer.events(kind)) <= before:
-        if time.monotonic() > deadline:
-            raise LabError(f"the peer emitted no '{kind}' event\n{daemon.diagnostics()}")
-        time.sleep(0.1)
-    return peer.events(kind)[before]
+    """The peer's first `kind` event after the first `before` of them, or vigild's log in the error."""
+    try:
+        return peer.next_event(kind, before, timeout)
+    except LabError as error:
+        raise LabError(f"{error}\n{daemon.diagnostics()}") from None
 
 
 async def pair_answering(address, answer, timeout=120):
@@ -226,10 +246,71 @@ daemon.control.request("ble.forget", peripheral=LEGACY)
 daemon.control.request("ble.disconnect", peripheral=LEGACY)
 peer.stop()
 
+# ------------------- 3b. passkey display toward a keyboard-only peer ----
+peer = lab.Peer.start("keyboard", "pairing_peripheral.py", "--io", "keyboard", "--passkey", "-1",
+                      "--security", "authenticated", "--address", KEYBOARD, timeout=120)
+connect(KEYBOARD)
+
+
+async def type_shown_passkey(prompt, central):
+    # vigild (KeyboardDisplay) shows the passkey; the peer's user types it.
+    if prompt["kind"] == "displayPasskey":
+        await asyncio.get_running_loop().run_in_executor(
+            None, lambda: (new_event(peer, "passkey-asked", 0), peer.command(f"type {prompt['passkey']}")))
+
+result, prompts = asyncio.run(pair_answering(KEYBOARD, type_shown_passkey))
+if isinstance(result, vigil.VigilError):
+    raise LabError(f"passkey display: {result}; prompts {prompts}; peer {peer.events()}\n{daemon.diagnostics()}")
+if [p["kind"] for p in prompts][:1] != ["displayPasskey"] or not result["bonded"]:
+    raise LabError(f"passkey display: {result}, prompts {prompts}")
+typed = new_event(peer, "typed", 0)
+if typed["passkey"] != prompts[0]["passkey"]:
+    raise LabError(f"the peer typed {typed}, the app was shown {prompts[0]}")
+peer.wait_event("paired", timeout=30, authenticated=True)
+if read_location(KEYBOARD) != b"\x01":
+    raise LabError("the authenticated read after passkey display returned the wrong value")
+log(f"3b. passkey display: the app was shown {prompts[0]['passkey']:06d} (an event, no answer), the "
+    "keyboard-only peer typed it; bonded, authenticated read")
+daemon.control.request("ble.forget", peripheral=KEYBOARD)
+daemon.control.request("ble.disconnect", peripheral=KEYBOARD)
+peer.stop()
+
+# ------------------------------------------------ 4. legacy Just Works ----
+# The HCI trace of parts 4 and 5 (the pairings whose Pair BlueZ 5.66 may not
+# answer), in the guest's logs: `btmon -r 66-pairing.btsnoop`.
+btmon = subprocess.Popen(["btmon", "-w", os.path.join(lab.LOGS, "66-pairing.btsnoop")],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+# And the bus: whether bluetoothd sent Pair's reply (a method return or an
+# error to vigild) when it did not arrive.
+bus_trace = open(os.path.join(lab.LOGS, "66-pairing.dbus.txt"), "w")
+dbus_monitor = subprocess.Popen(["dbus-monitor", "--system", "member='Pair'", "type='method_return'", "type='error'",
+                                 "member='PropertiesChanged'"], stdout=bus_trace, stderr=subprocess.STDOUT)
+peer = lab.Peer.start("legacy-jw", "pairing_peripheral.py", "--io", "none", "--security", "encrypted",
+                      "--legacy", "--address", LEGACY_JW, timeout=120)
+connect(LEGACY_JW)
+started = time.monotonic()
+try:
+    reply = daemon.control.request("ble.pair", peripheral=LEGACY_JW)
+except acc.VigilError as error:
+    raise LabError(f"legacy Just Works: {error}; the peer: {peer.events()}\n{daemon.diagnostics()}")
+took = time.monotonic() - started
+if not (reply["paired"] and reply["bonded"]):
+    raise LabError(f"legacy Just Works: {reply.header}\n{daemon.diagnostics()}")
+paired = peer.wait_event("paired", timeout=30)
+if read_location(LEGACY_JW) != b"\x01":
+    raise LabError("the encrypted read after legacy Just Works returned the wrong value")
+no_reply = not pair_replied(0, LEGACY_JW)
+# Which objects BlueZ paired (the peer hands out its controller's public address as its identity).
+log("4. BlueZ's devices: " + ", ".join(f"{str(path).rsplit('/', 1)[-1]} {d.get('Address')} paired {bool(d.get('Paired'))}"
+                                       for path, d in sorted(bz.devices().items())))
+log(f"4. legacy Just Works: paired and bonded in {took:.1f} s (authenticated {paired['authenticated']}; "
+    f"{'no Pair reply within 5 s of Paired' if no_reply else 'Pair replied'}); encrypted read")
+daemon.control.request("ble.forget", peripheral=LEGACY_JW)
+daemon.control.request("ble.disconnect", peripheral=LEGACY_JW)
+peer.stop()
+
+
 # ------------------------------------------------- 5. a peer with privacy ----
-# Opt-in (VIGIL_LAB_PRIVACY=1): in 1 of 2 whole runs on a quiet machine,
-# ble.pair to the private peer got no reply within 30 s (BlueZ's
-# Device1.Pair did not return, as with legacy Just Works in 4); issue 27.
 def private_peer():
     global peer
     peer = lab.Peer.start("private", "pairing_peripheral.py", "--io", "none", "--security", "encrypted",
@@ -238,15 +319,18 @@ def private_peer():
     if first == IDENTITY:
         raise LabError("the private peer advertises under its identity address")
     connect(first)
+    offset = os.path.getsize(daemon.log_path)
     reply = daemon.control.request("ble.pair", peripheral=first)
     if not (reply["paired"] and reply["bonded"]):
         raise LabError(f"pairing the private peer: {reply.header}\n{daemon.diagnostics()}")
+    no_reply = not pair_replied(offset, first)
     peer.wait_event("paired", timeout=30)
     daemon.wait(lambda: device(IDENTITY) is not None and device(first) is None, 30,
                 f"vigild's record moved from {first} to the identity {IDENTITY}")
     if read_location(IDENTITY) != b"\x01":
         raise LabError("the encrypted read under the identity returned the wrong value")
-    log(f"5. private peer paired under {first}; BlueZ and vigild now know it as {IDENTITY}")
+    log(f"5. private peer paired under {first} ({'no Pair reply within 5 s of Paired' if no_reply else 'Pair replied'}); "
+        f"BlueZ and vigild now know it as {IDENTITY}")
     advertised, connected = len(peer.events("advertising")), len(peer.events("connected"))
     paired = len(peer.events("paired"))
     peer.command("rotate")
@@ -266,10 +350,11 @@ def private_peer():
     peer.stop()
 
 
-if os.environ.get("VIGIL_LAB_PRIVACY") == "1":
-    private_peer()
-else:
-    log("5. the private peer: skipped (VIGIL_LAB_PRIVACY=1 runs it; its Pair does not always return)")
+private_peer()
+for tracer in (btmon, dbus_monitor):
+    tracer.send_signal(signal.SIGINT)  # btmon flushes its file on SIGINT (SIGTERM left it cut short)
+    tracer.wait(10)
+bus_trace.close()
 
 # ------------------------ 6. the peripheral role: a central that must pair ----
 daemon.control.request("ble.addService", service={"uuid": SERVICE, "characteristics": [
@@ -330,6 +415,22 @@ if not paired or not paired["authenticated"] or reads != ["a2"]:
     raise LabError(f"the numeric-comparison central: {evs}")
 log(f"6. a central refused the authenticated read paired by numeric comparison ({shown:06d}, confirmed by "
     "the publishing client) and read a2")
+
+central, events = start_central("central-pk", CENTRAL_PK, "display", AUTHENTICATED)
+prompt = daemon.push(daemon.control, "ble.pairingRequest", timeout=90)
+attributes = prompt["attributes"] if "attributes" in prompt.header else prompt.header
+shown = lab.wait_for(lambda: next((e["number"] for e in central_events(events) if e["event"] == "passkey"), None),
+                     30, "the passkey the central displays")
+if attributes.get("kind") != "passkey":
+    raise LabError(f"the publisher's prompt {attributes} (the central displays {shown})")
+daemon.control.request("ble.pairingResponse", request=attributes["request"], accept=True, passkey=shown)
+evs = finish_central(central)
+paired = next((e for e in evs if e["event"] == "paired"), None)
+reads = [e["value"] for e in evs if e["event"] == "read"]
+if not paired or not paired["authenticated"] or reads != ["a2"]:
+    raise LabError(f"the passkey-entry central: {evs}")
+log(f"6. a central with only a display paired by passkey entry (it showed {shown:06d}, the publishing client "
+    "typed it) and read a2")
 daemon.control.request("ble.stopAdvertising")
 daemon.control.request("ble.removeService")
 bz.forget_all()

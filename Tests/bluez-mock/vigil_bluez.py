@@ -160,6 +160,8 @@ class _Dev:
         self.pairing = 'justworks'      # SetPairingMethod: how Pair goes (see _pair)
         self.passkey = 123456
         self.pairing_pending = None     # (reply_cb, error_cb, agent) while a pairing waits
+        self.lose_pair_reply = None     # LosePairReply: the identity address to take ('' none), or None
+        self.withheld_pair_reply = None  # the reply_cb LosePairReply kept back (ReleasePairReply sends it)
 
 
 class _Char:
@@ -564,7 +566,16 @@ def _pair_done(o, d, bonded):
     pending, d.pairing_pending = d.pairing_pending, None
     adapter = mockobject.objects.get(d.adapter)
     bondable = adapter is None or bool(adapter.props[ADAPTER_IFACE].get('Pairable', True))
+    lost, d.lose_pair_reply = d.lose_pair_reply, None
+    if lost:
+        # BlueZ 5.66 as seen in the lab: the peer's IRK resolved its private
+        # address mid-Pair, the object took the identity address...
+        _set_props(o, DEVICE_IFACE, {'Address': dbus.String(lost.upper()), 'AddressType': dbus.String('random')})
     _set_props(o, DEVICE_IFACE, {'Paired': dbus.Boolean(True), 'Bonded': dbus.Boolean(bonded and bondable)})
+    if lost is not None:
+        # ... and Pair's reply never came.
+        d.withheld_pair_reply = pending[0] if pending else None
+        return
     if pending:
         pending[0]()
 
@@ -618,8 +629,9 @@ def _pair(o, sender, reply_cb, error_cb):
     AuthenticationFailed, as on a non-bondable adapter), `authorize`
     (RequestAuthorization), `passkey` (RequestPasskey, must match), `pin`
     (RequestPinCode), `confirm` (RequestConfirmation), `display`
-    (DisplayPasskey), `fail` (AuthenticationFailed). Bonded only while the
-    adapter is Pairable.'''
+    (DisplayPasskey), `fail` (AuthenticationFailed), `hang` (nothing
+    happens until CancelPairing). Bonded only while the adapter is
+    Pairable. LosePairReply makes the next one finish without its reply.'''
     d = _dev(o.path)
     if o.props[DEVICE_IFACE].get('Paired'):
         raise _err('org.bluez.Error.AlreadyExists', 'Already Exists')
@@ -631,6 +643,8 @@ def _pair(o, sender, reply_cb, error_cb):
     d.pairing_pending = (reply_cb, error_cb, agent)
     if d.pairing == 'fail' or agent is None:
         return _pair_failed(d, 'org.bluez.Error.AuthenticationFailed', 'Authentication Failed')
+    if d.pairing == 'hang':
+        return  # BlueZ wedged: nothing happens until CancelPairing
     if d.pairing == 'justworks':
         return _later(0.05, lambda: d.pairing_pending is not None and _pair_done(o, d, True))
     _pair_with_agent(o, d, agent, d.pairing)
@@ -663,6 +677,19 @@ def _c_set_pairing(o, s, dev, method, passkey):
     d = _dev(dev)
     d.pairing = str(method)
     d.passkey = int(passkey)
+
+
+def _c_lose_pair_reply(o, s, dev, identity):
+    _dev(dev).lose_pair_reply = str(identity)
+
+
+def _c_release_pair_reply(o, s, dev):
+    d = _dev(dev)
+    reply, d.withheld_pair_reply = d.withheld_pair_reply, None
+    if reply is None:
+        return False
+    reply()
+    return True
 
 
 def _c_agents(o, s):
@@ -1696,6 +1723,8 @@ CONTROL_METHODS = [
     ('SetAgentTimeout', 'd', '', lambda o, s, t: setattr(S, 'agent_timeout', float(t)), False),
     ('RequestFromDevice', 'os', 's', _c_request_from_device, True),
     ('ChangeAddress', 'oss', '', _c_change_address, False),
+    ('LosePairReply', 'os', '', _c_lose_pair_reply, False),
+    ('ReleasePairReply', 'o', 'b', _c_release_pair_reply, False),
 ]
 
 

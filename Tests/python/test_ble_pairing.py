@@ -65,7 +65,7 @@ class PairingRig(MockBlueZDaemonTest):
         obj = self.mock.bus.get_object("org.bluez", "/org/bluez/hci0")
         return bool(obj.Get("org.bluez.Adapter1", "Pairable", dbus_interface="org.freedesktop.DBus.Properties"))
 
-    def pair_with_prompts(self, answer, address=HRM):
+    def pair_with_prompts(self, answer, address=HRM, timeout=30):
         """ble.pair from a control connection (the vigil package), answering
         each prompt with answer(prompt, central); returns (reply or VigilError, prompts)."""
         prompts = []
@@ -79,7 +79,7 @@ class PairingRig(MockBlueZDaemonTest):
                     await answer(prompt, central)
                 central.pairing_callback = on_prompt
                 try:
-                    return await asyncio.wait_for(central.pair(address), 30)
+                    return await asyncio.wait_for(central.pair(address), timeout)
                 except vigil.VigilError as error:
                     return error
         return asyncio.run(body()), prompts
@@ -175,6 +175,44 @@ class PairingTests(PairingRig):
         self.mock.control.SetPairingMethod(self.hrm, "confirm", self.dbus.UInt32(5))
         reply, _ = self.pair_with_prompts(lambda p, c: c.respond_pairing(p["request"], True))
         self.assertNotIsInstance(reply, VigilError, f"{reply}\n{self.diagnostics()}")
+
+    def vigild_log(self):
+        with open(f"{self.dir}/vigild.log") as log:
+            return log.read()
+
+    def test_a_pair_whose_reply_never_comes_ends_when_bluez_reports_the_device_paired(self):
+        # As BlueZ 5.66 did in the lab with a private peer: SMP finished, the
+        # object took the identity address, and Pair never replied.
+        self.wait_until(lambda: self.agents(), "the agent registered")
+        self.mock.control.LosePairReply(self.hrm, IDENTITY)
+        reply, prompts = self.pair_with_prompts(lambda p, c: None)
+        self.assertNotIsInstance(reply, VigilError, f"{reply}\n{self.diagnostics()}")
+        self.assertEqual((reply["peripheral"], reply["paired"], reply["bonded"]), (IDENTITY, True, True))
+        self.assertEqual(prompts, [])
+        self.assertIn(f"{HRM}: BlueZ reports it paired", self.vigild_log())
+        # The lost reply arrives after all: ignored, nothing answered twice, nothing stuck.
+        self.assertTrue(self.mock.control.ReleasePairReply(self.hrm))
+        self.wait_until(lambda: f"{HRM}: BlueZ's Pair replied after the pairing had ended (ignored)" in self.vigild_log(),
+                        "the late reply ignored")
+        self.assertTrue(self.control.request("ble.pair", peripheral=IDENTITY)["paired"])
+        self.control.request("ble.forget", peripheral=IDENTITY)
+        self.wait_until(lambda: self.device(IDENTITY) is None, "forgotten")
+        self.hrm = self.mock.control.AddHeartRateMonitor("hci0", HRM, "Vigil HRM")
+        self.wait_until(lambda: self.device(HRM) is not None, "the device seen again")
+        again = self.control.request("ble.pair", peripheral=HRM)
+        self.assertEqual((again["peripheral"], again["paired"]), (HRM, True))
+
+    def test_a_pair_bluez_never_ends_is_cancelled_at_vigilds_deadline(self):
+        self.wait_until(lambda: self.agents(), "the agent registered")
+        self.mock.control.SetPairingMethod(self.hrm, "hang", self.dbus.UInt32(0))
+        reply, _ = self.pair_with_prompts(lambda p, c: None, timeout=120)
+        self.assertIsInstance(reply, VigilError, self.diagnostics())
+        self.assertIn("did not end within", reply.message)
+        self.assertEqual([str(c[4]) for c in self.mock.control.Calls() if str(c[4]) in ("Pair", "CancelPairing")],
+                         ["Pair", "CancelPairing"])
+        # Nothing left behind: the next pairing runs.
+        self.mock.control.SetPairingMethod(self.hrm, "justworks", self.dbus.UInt32(0))
+        self.assertTrue(self.control.request("ble.pair", peripheral=HRM)["paired"])
 
     def vigilctl(self, *args, stdin=""):
         return subprocess.run([VIGILCTL, "--socket", self.socket, "ble", *args], input=stdin, capture_output=True,

@@ -308,6 +308,12 @@ class Peer:
             return None
         return wait_for(find, timeout, f"peer {self.name} event '{kind}' {fields or ''}")
 
+    def next_event(self, kind: str, before: int, timeout: float = 40) -> dict:
+        """The first `kind` event after the first `before` of them (this
+        attempt's, not an earlier one's: count them before acting)."""
+        wait_for(lambda: len(self.events(kind)) > before, timeout, f"peer {self.name}: a new '{kind}' event")
+        return self.events(kind)[before]
+
     def command(self, cmd: str) -> None:
         fd = os.open(self.control_path, os.O_WRONLY | os.O_NONBLOCK)
         try:

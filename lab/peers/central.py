@@ -4,7 +4,7 @@ subscribe, print what happened as JSON lines on stdout (and --events).
 
   central.py [--transport hci-socket:1] (--name N | --service UUID | --address A)
              [--read UUID]... [--write UUID=HEX]... [--subscribe UUID]...
-             [--notifications N] [--timeout SECS] [--pair none|yesno]
+             [--notifications N] [--timeout SECS] [--pair none|yesno|display]
 
 Steps, in this order: scan until an advertiser matches (name or service UUID
 in its advertising data or scan response, or its address), connect, discover
@@ -17,7 +17,8 @@ phone's stack does.
 
 Events: found, connected, services, read {uuid, value(hex), text}, write,
 subscribed, notification {uuid, value}, disconnected, done / error {message};
-with --pair: refused {uuid, error}, compare {number}, paired {authenticated}.
+with --pair: refused {uuid, error}, compare {number}, passkey {number} (display:
+the passkey to type at the peripheral), paired {authenticated}.
 Exit status 0 only if every step succeeded within --timeout.
 """
 
@@ -40,6 +41,7 @@ from bumble.pairing import PairingConfig, PairingDelegate  # noqa: E402
 PAIRING_IO = {
     "none": PairingDelegate.IoCapability.NO_OUTPUT_NO_INPUT,
     "yesno": PairingDelegate.IoCapability.DISPLAY_OUTPUT_AND_YES_NO_INPUT,
+    "display": PairingDelegate.IoCapability.DISPLAY_OUTPUT_ONLY,
 }
 REFUSALS = (att.ErrorCode.INSUFFICIENT_ENCRYPTION, att.ErrorCode.INSUFFICIENT_AUTHENTICATION)
 
@@ -52,6 +54,9 @@ class ComparingDelegate(PairingDelegate):
     async def compare_numbers(self, number: int, digits: int) -> bool:
         self.events.emit("compare", number=number)
         return True
+
+    async def display_number(self, number: int, digits: int) -> None:
+        self.events.emit("passkey", number=number)  # the peripheral's user types it
 
 UUID_LIST_TYPES = (
     AdvertisingData.COMPLETE_LIST_OF_16_BIT_SERVICE_CLASS_UUIDS,

@@ -7,7 +7,8 @@ suffices) or an authenticated one (--security authenticated: MITM, i.e.
 passkey entry or numeric comparison). SMP: LE Secure Connections (or legacy
 with --legacy), bonding, the I/O capability --io (none: Just Works;
 display: it shows a passkey the central types; keyboard: it types the
-passkey the central shows, --passkey; yesno: numeric comparison, accepted).
+passkey the central shows, --passkey, or with --passkey -1 what the control
+command `type NNNNNN` gives; yesno: numeric comparison, accepted).
 Keys live in memory for the peer's life, so a reconnect is encrypted with
 the stored LTK, without pairing again.
 
@@ -18,6 +19,7 @@ address --address), never under the identity; the control command
 rotation sets the old address again, so it is done here).
 
 Events: connected, disconnected, passkey (the number it displays), compare,
+passkey-asked (keyboard), typed,
 paired (keys, authenticated), pairing-failed, encrypted, read, advertising
 (the address advertised).
 """
@@ -53,6 +55,7 @@ class Delegate(PairingDelegate):
         super().__init__(io_capability=IO[io])
         self.passkey = passkey
         self.events = events
+        self.typed: asyncio.Future | None = None
 
     async def display_number(self, number: int, digits: int) -> None:
         self.events.emit("passkey", passkey=number)
@@ -63,7 +66,17 @@ class Delegate(PairingDelegate):
 
     async def get_number(self) -> int | None:
         self.events.emit("passkey-asked")
-        return self.passkey
+        if self.passkey >= 0:
+            return self.passkey
+        # Typed by its user: the control command `type NNNNNN`.
+        self.typed = asyncio.get_running_loop().create_future()
+        return await self.typed
+
+    def type(self, passkey: int) -> bool:
+        if self.typed is None or self.typed.done():
+            return False
+        self.typed.set_result(passkey)
+        return True
 
 
 async def run(a: argparse.Namespace, events: _peerlib.Events) -> None:
@@ -80,8 +93,13 @@ async def run(a: argparse.Namespace, events: _peerlib.Events) -> None:
         location = Characteristic(UUID.from_16_bits(0x2A38), Characteristic.Properties.READ, permission,
                                   CharacteristicValue(read=on_read))
         device.add_service(Service(UUID.from_16_bits(0x180D), [location]))
+        delegates: list[Delegate] = []
+
+        def delegate() -> Delegate:
+            delegates[:] = [Delegate(a.io, a.passkey, events)]
+            return delegates[0]
         device.pairing_config_factory = lambda connection: PairingConfig(
-            sc=not a.legacy, mitm=a.io != "none", bonding=True, delegate=Delegate(a.io, a.passkey, events),
+            sc=not a.legacy, mitm=a.io != "none", bonding=True, delegate=delegate(),
             # The identity pairing hands out is --address (else Bumble gives the controller's public one).
             identity_address_type=hci.Address.RANDOM_DEVICE_ADDRESS if a.privacy else None)
 
@@ -104,7 +122,15 @@ async def run(a: argparse.Namespace, events: _peerlib.Events) -> None:
         # The resolvable private address to take at the next advertising start.
         next_rpa: list[hci.Address] = []
 
+        # Held while advertising is switched (here or by the refresh loop), so
+        # a rotation and a refresh toggle never interleave.
+        advertising_lock = asyncio.Lock()
+
         async def advertise() -> None:
+            async with advertising_lock:
+                await switch_advertising()
+
+        async def switch_advertising() -> None:
             if device.is_advertising:
                 if not next_rpa:
                     return
@@ -130,6 +156,9 @@ async def run(a: argparse.Namespace, events: _peerlib.Events) -> None:
                         await connection.disconnect()  # its disconnection advertises anew
                 else:
                     await advertise()
+            elif line.startswith("type ") and line[5:].strip().isdigit():
+                typed = bool(delegates) and delegates[0].type(int(line[5:]))
+                events.emit("typed", passkey=int(line[5:]), asked=typed)
             else:
                 events.emit("unknown-command", command=line)
             return True
@@ -141,7 +170,8 @@ async def run(a: argparse.Namespace, events: _peerlib.Events) -> None:
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
         _peerlib.mark_ready(a.ready_file)
-        refresh = asyncio.ensure_future(_peerlib.refresh_advertising_loop(device, a.adv_refresh, lambda: True))
+        refresh = asyncio.ensure_future(_peerlib.refresh_advertising_loop(device, a.adv_refresh, lambda: True,
+                                                                          lock=advertising_lock))
         commands = asyncio.ensure_future(_peerlib.control_loop(a.control, command))
         await stop.wait()
         refresh.cancel()
@@ -154,7 +184,7 @@ def main() -> None:
     p.add_argument("--name", default="Vigil Bonded")
     p.add_argument("--address", default="C0:DE:00:00:00:27")
     p.add_argument("--io", choices=sorted(IO), default="none")
-    p.add_argument("--passkey", type=int, default=0, help="what --io keyboard types")
+    p.add_argument("--passkey", type=int, default=0, help="what --io keyboard types (-1: the `type N` command's number)")
     p.add_argument("--security", choices=["encrypted", "authenticated"], default="encrypted")
     p.add_argument("--legacy", action="store_true", help="legacy pairing instead of LE Secure Connections")
     p.add_argument("--privacy", action="store_true",
