@@ -26,7 +26,7 @@ public struct DeviceView: Sendable, Equatable {
     public var connected: Bool { properties["Connected"]?.bool ?? false }
     public var servicesResolved: Bool { properties["ServicesResolved"]?.bool ?? false }
     public var paired: Bool { properties["Paired"]?.bool ?? false }
-    /// BlueZ before 5.67 has no `Bonded`: there a pairing on a bondable adapter is a bond.
+    /// Older BlueZ has no `Bonded` (the lab's 5.66 has it): there a pairing on a bondable adapter is a bond.
     public var bonded: Bool { properties["Bonded"]?.bool ?? paired }
     public var trusted: Bool { properties["Trusted"]?.bool ?? false }
     public var serviceUUIDs: [String] { (properties["UUIDs"]?.strings ?? []).compactMap(BluetoothUUID.normalize) }
