@@ -9,7 +9,7 @@ import VigilSystem
 /// to a server channel (or an SPP service's channel, found by SDP) on a
 /// BR/EDR device BlueZ knows. A channel is a stream session
 /// (`StreamSessions`): once open, its socket is handed to the stream layer
-/// as an `RFCOMMEndpoint`, and its bytes reach the holder as `session.data`
+/// as a `BluetoothStreamEndpoint`, and its bytes reach the holder as `session.data`
 /// events, woken by `bluetooth-central`; the app writes with `write` and
 /// closes with `closeSession`. The device is checked through the central's
 /// `BluetoothLinks.classicTarget`; the kernel makes the link itself.
@@ -20,7 +20,7 @@ import VigilSystem
 /// until it is open again (`bluetooth.rfcomm.reopened`) or its holder closes
 /// it. Unlike LE, no link is kept by BlueZ for a client, so there is no
 /// link event to wait for: a classic serial device is paged by connecting.
-final class RFCOMMComponent: StreamTransport {
+final class RFCOMMComponent: BluetoothChannelTransport {
     let name = "rfcomm"
     let transportName = "rfcomm"
     let requestTypes: Set<String> = [OpenRFCOMMChannel.type]
@@ -92,17 +92,9 @@ final class RFCOMMComponent: StreamTransport {
             RFCOMMRequest(client: client, peer: target.address, adapter: target.adapterAddress, channel: channel,
                           security: security, reopen: reopen, coalesce: coalesce)
         }
-        guard let streams = services.component(StreamSessions.self) else {
-            throw ProtocolError(.internalError, "no stream sessions in this daemon")
-        }
-        let session: Int
-        do {
-            session = try streams.open(
-                holder: client.sessionHolder, name: "rfcomm:\(target.address)/\(request.channel.map { "\($0)" } ?? request.uuid ?? "")",
-                transport: self, wakeMode: .bluetoothCentral, coalescing: coalesce, services: services)
-        } catch {
-            throw ProtocolError(.invalidState, "cannot create the channel's session log: \(error)")
-        }
+        let session = try openChannelSession(
+            for: client, name: "rfcomm:\(target.address)/\(request.channel.map { "\($0)" } ?? request.uuid ?? "")",
+            wakeMode: .bluetoothCentral, coalescing: coalesce, services: services)
         do throws(ProtocolError) {
             if let channel {
                 try connect(session, wish(channel), opening: opening, services: services)
@@ -111,7 +103,7 @@ final class RFCOMMComponent: StreamTransport {
                                 services: services)
             }
         } catch {
-            streams.forget(session)
+            services.component(StreamSessions.self)?.forget(session)
             throw error
         }
         let what = channel.map { "channel \($0)" } ?? "service \(request.uuid ?? "")"
@@ -137,21 +129,12 @@ final class RFCOMMComponent: StreamTransport {
         }
     }
 
-    func coalescing(_ milliseconds: Int?) throws(ProtocolError) -> Duration {
-        guard let milliseconds else { return .milliseconds(L2CAPCoalescing.defaultMilliseconds) }
-        let range = L2CAPCoalescing.milliseconds
-        guard range.contains(milliseconds) else {
-            throw ProtocolError(.invalidArgument, "coalesceMilliseconds \(milliseconds) is outside \(range.lowerBound)-\(range.upperBound) (0: announce every read at once)")
-        }
-        return .milliseconds(milliseconds)
-    }
-
-    private func connectSocket(_ wish: RFCOMMRequest) throws(ProtocolError) -> RFCOMMSocket {
+    private func connectSocket(_ wish: RFCOMMRequest) throws(ProtocolError) -> BluetoothSocket {
         guard let address = BluetoothDeviceAddress(wish.peer) else {
             throw ProtocolError(.invalidArgument, "'\(wish.peer)' is not a Bluetooth address")
         }
         do {
-            return try RFCOMMSocket.connect(to: address, channel: wish.channel, from: wish.adapter.flatMap(BluetoothDeviceAddress.init),
+            return try BluetoothSocket.connect(to: address, channel: wish.channel, from: wish.adapter.flatMap(BluetoothDeviceAddress.init),
                                             security: wish.security)
         } catch {
             throw protocolError(error, "cannot open RFCOMM channel \(wish.channel) on \(wish.peer)")
@@ -159,8 +142,8 @@ final class RFCOMMComponent: StreamTransport {
     }
 
     /// A socket error as the protocol says it (the system's words, without
-    /// `L2CAPError`'s hints, which are about PSMs).
-    func protocolError(_ error: L2CAPError, _ doing: String) -> ProtocolError {
+    /// `BluetoothSocketError`'s hints, which are about PSMs).
+    func protocolError(_ error: BluetoothSocketError, _ doing: String) -> ProtocolError {
         guard case let .system(system) = error else {
             let code: ProtocolError.Code = if case .bluetoothUnavailable = error { .unavailable } else { .invalidArgument }
             return ProtocolError(code, "\(doing): \(error)")
@@ -179,15 +162,9 @@ final class RFCOMMComponent: StreamTransport {
 
     /// Waits (on the loop) for the connect to finish: `.writable` or an error.
     private func startOpening<S: DaemonServices>(_ session: Int, _ connection: RFCOMMConnection, services: isolated S) throws(ProtocolError) {
-        do {
-            connection.watch = try services.loop.watch(
-                connection.socket.fd, for: .writable, services.watchCallback(RFCOMMComponent.self) { rfcomm, _, services in
-                    guard let connection = rfcomm.channels[session], connection.opening != nil else { return }
-                    rfcomm.finishOpening(session, connection, services: services)
-                })
-        } catch {
-            connection.socket.close()
-            throw ProtocolError(.internalError, "cannot watch the channel's socket: \(error)")
+        connection.watch = try watchConnect(connection.socket, services: services) { rfcomm, services in
+            guard let connection = rfcomm.channels[session], connection.opening != nil else { return }
+            rfcomm.finishOpening(session, connection, services: services)
         }
         channels[session] = connection
     }
@@ -213,43 +190,18 @@ final class RFCOMMComponent: StreamTransport {
             return failOpening(session, opening: opening, error, services: services)
         }
         services.logger.info("rfcomm: session \(session) open: \(request.peer) channel \(request.channel)")
-        let endpoint = RFCOMMEndpoint(socket: connection.socket) { [unowned self] in
+        let endpoint = BluetoothStreamEndpoint(stream: connection.socket, session: session, logger: services.logger) { [unowned self] in
             if self.channels[session] === connection { self.channels[session] = nil }
         }
         streams.record(services: services)
         let info = RFCOMMChannelInfo(session: session, peer: request.peer, channel: Int(request.channel.value))
         if opening.connectionID == nil {
             services.logger.info("rfcomm: session \(session) reopened: \(request.peer) channel \(request.channel)")
-            deliver(RFCOMMEventKind.reopened, info.attributes, to: request.client, services: services)
+            deliver(RFCOMMEventKind.reopened, info.attributes, mode: .bluetoothCentral, to: request.client, services: services)
         } else if let replyTo {
             services.send(RFCOMMChannelOpened(channel: info), id: opening.requestID, to: replyTo)
         }
-        do {
-            try streams.attach(endpoint, to: session, services: services)
-        } catch {
-            endpoint.close()
-            endChannel(session, reason: "cannot watch the channel's socket: \(error)", services: services)
-        }
-    }
-
-    /// Delivers a `bluetooth.rfcomm.*` event: queued for an app (waking it
-    /// as a central), pushed to a control client.
-    private func deliver<S: DaemonServices>(
-        _ kind: String, _ attributes: [String: JSONValue], to client: BluetoothClient, services: isolated S
-    ) {
-        switch client {
-        case let .control(connectionID):
-            if let connection = services.connection(connectionID) {
-                services.send(BluetoothPush(kind: kind, attributes: attributes), to: connection)
-            }
-        case let .app(app):
-            let event = QueuedEvent(kind: kind, attributes: attributes, wakeMode: .bluetoothCentral)
-            do {
-                try services.withEngine { engine, now throws(ProtocolError) in _ = try engine.deliver(event, to: app, now: now) }
-            } catch {
-                services.logger.warning("rfcomm: '\(kind)' for \(app) not queued: \(error)", metadata: ["app": "\(app)"])
-            }
-        }
+        attachChannel(endpoint, to: session, services: services)
     }
 
     // MARK: The end of a channel
@@ -350,7 +302,7 @@ struct RFCOMMRequest {
 
 /// A channel from its connect until the stream layer closes its socket.
 final class RFCOMMConnection {
-    let socket: RFCOMMSocket
+    let socket: BluetoothSocket
     let request: RFCOMMRequest
     /// The watch for the connect's end (the stream layer watches an open channel).
     var watch: WatchID?
@@ -364,7 +316,7 @@ final class RFCOMMConnection {
         var retryDelay: Duration = RFCOMMComponent.firstRetryDelay
     }
 
-    init(socket: RFCOMMSocket, request: RFCOMMRequest, opening: Opening?) {
+    init(socket: BluetoothSocket, request: RFCOMMRequest, opening: Opening?) {
         self.socket = socket
         self.request = request
         self.opening = opening

@@ -9,22 +9,11 @@ import pytest
 import vigil
 from vigil.testing import BluetoothMock, VigilDaemon
 
-HRM = "AA:BB:CC:DD:EE:01"  # an LE device (random address)
-
-
-def kernel_has_bluetooth() -> bool:
-    try:
-        socket.socket(socket.AF_BLUETOOTH, socket.SOCK_STREAM, socket.BTPROTO_RFCOMM).close()
-        return True
-    except (OSError, AttributeError):
-        return False
+from conftest import HRM, kernel_has_bluetooth, powered_central
 
 
 async def test_refusals_name_the_problem(bluez_mock: BluetoothMock, vigild: VigilDaemon) -> None:
-    bluez_mock.add_heart_rate_monitor(HRM)
-    async with vigil.Control(vigild.socket) as control:
-        central = await control.central()
-        await central.wait_powered_on(20)
+    async with powered_central(bluez_mock, vigild) as (control, central):
         with pytest.raises(vigil.VigilError) as error:
             await control.open_rfcomm_channel(HRM, 31)
         assert error.value.code == "invalidArgument" and "1-30" in error.value.message
