@@ -18,7 +18,8 @@ public struct RFCOMMChannel: Sendable, Hashable, Comparable, CustomStringConvert
         self.value = byte
     }
 
-    init(bound value: UInt8) {
+    /// A channel the kernel reported (a bound or accepted socket's), not checked.
+    public init(bound value: UInt8) {
         self.value = value
     }
 
@@ -80,6 +81,15 @@ extension BluetoothSocket {
         var remote = sockaddr_rc()
         guard let socket = try accept(&remote) else { return nil }
         return (socket, BluetoothDeviceAddress(remote.rc_bdaddr))
+    }
+
+    /// An RFCOMM connection someone else accepted and handed over (bluetoothd,
+    /// through `Profile1.NewConnection`): made non-blocking and close-on-exec,
+    /// owned from now on.
+    public static func adopting(rfcomm fd: Int32) -> BluetoothSocket {
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+        return BluetoothSocket(adopting: fd, kind: .rfcomm)
     }
 
     /// The RFCOMM channel this socket is bound to (a listener's free channel included).

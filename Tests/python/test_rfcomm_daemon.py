@@ -8,6 +8,7 @@ fails): `unavailable`, and nothing left behind. The lab tier
 """
 
 import os
+import socket
 import sys
 import unittest
 
@@ -18,6 +19,9 @@ from test_l2cap_daemon import kernel_has_bluetooth  # noqa: E402
 from vigil_client import VigilError  # noqa: E402
 
 OPEN = "bluetooth.openRFCOMMChannel"
+PUBLISH = "bluetooth.publishRFCOMMService"
+UNPUBLISH = "bluetooth.unpublishRFCOMMService"
+SERIAL_PORT = "00001101-0000-1000-8000-00805f9b34fb"
 SPP = "00:AA:01:00:00:23"  # a BR/EDR device (public address) the mock knows
 
 
@@ -67,6 +71,94 @@ class RFCOMMRefusalTests(ble.CentralRig):
         error = self.refused("unavailable", "Bluetooth unavailable", device=SPP, channel=1)
         self.assertIn("AF_BLUETOOTH", str(error))
         self.assertEqual(self.session_logs(), [], "nothing left behind")
+
+
+@unittest.skipIf(ble.missing(), ble.missing() or "")
+class RFCOMMServiceTests(ble.CentralRig):
+    """Incoming SPP through the mock's ProfileManager1: vigild registers a
+    published service with bluetoothd, and the mock's ConnectProfile plays a
+    device connecting (bluetoothd's NewConnection, a socket pair standing in
+    for the accepted RFCOMM socket): the data path past the socket is the
+    real one. The lab tier connects a real BR/EDR device."""
+
+    def prepare_mock(self):
+        super().prepare_mock()
+        self.spp = self.mock.control.AddLEDevice("hci0", SPP, "Vigil SPP",
+                                                 self.dbus.Dictionary({"AddressType": self.dbus.String("public")}, signature="sv"))
+
+    def profiles(self):
+        return {str(uuid): {str(k): v for k, v in options.items()} for _owner, _path, uuid, options in self.mock.control.Profiles()}
+
+    def refused(self, code, contains=None, request=PUBLISH, **members):
+        with self.assertRaises(VigilError) as error:
+            self.control.request(request, **members)
+        self.assertEqual(error.exception.code, code, f"{members}: {error.exception}")
+        if contains:
+            self.assertIn(contains, str(error.exception))
+
+    def connect_device(self, uuid=SERIAL_PORT):
+        """A device connecting to the service: the test's end of the socket."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.addCleanup(ours.close)
+        self.mock.control.ConnectProfile(self.spp, uuid, self.dbus.types.UnixFd(theirs.fileno()))
+        theirs.close()
+        ours.settimeout(20)
+        return ours
+
+    def test_bad_publications_are_refused_clearly(self):
+        self.refused("invalidArgument", "not a Bluetooth UUID", uuid="serial")
+        for channel in (0, 31):
+            self.refused("invalidArgument", "outside 1-30", channel=channel)
+        self.refused("invalidArgument", "1-248 bytes", name="")
+        self.refused("invalidArgument", "coalesceMilliseconds", coalesceMilliseconds=1001)
+        self.refused("notFound", "not published", request=UNPUBLISH, uuid="0x1101")
+        self.assertEqual(self.profiles(), {}, "nothing registered with bluetoothd")
+
+    def test_a_device_connecting_to_a_published_service_is_a_session_with_bytes_both_ways(self):
+        reply = self.control.request(PUBLISH, uuid="0x1101", channel=3, name="Vigil test port")
+        self.assertEqual((reply["uuid"], reply["channel"]), (SERIAL_PORT, 3))
+        self.wait_until(lambda: SERIAL_PORT in self.profiles(), "the profile registered with bluetoothd")
+        options = self.profiles()[SERIAL_PORT]
+        self.assertEqual((str(options["Role"]), int(options["Channel"]), str(options["Name"])), ("server", 3, "Vigil test port"))
+        self.assertEqual(self.control.request(PUBLISH, uuid="1101", channel=3, name="Vigil test port")["uuid"], SERIAL_PORT,
+                         "publishing again is idempotent")
+        device = self.connect_device()
+        attributes = self.push(self.control, "bluetooth.rfcomm.incoming")["attributes"]
+        self.assertEqual((attributes["peer"], attributes["channel"], attributes["uuid"]), (SPP, 3, SERIAL_PORT))
+        session = int(attributes["session"])
+        payload = bytes(range(256)) * 64
+        device.sendall(payload)
+        received = b""
+        while len(received) < len(payload):
+            output = self.control.next_session_output(20)
+            self.assertIsNotNone(output, f"only {len(received)} of {len(payload)} bytes arrived")
+            self.assertEqual(output.header.get("type"), "sessionData", output.header)
+            received += output.body
+        self.assertEqual(received, payload, "byte-exact, device to client")
+        self.control.write(session, b"ATZ\r")
+        self.assertEqual(device.recv(16), b"ATZ\r", "client to device")
+        device.close()
+        closed = self.control.next_session_output(20)
+        self.assertEqual(closed.header.get("type"), "sessionClosed", closed.header)
+        self.control.request(UNPUBLISH, uuid="0x1101")
+        self.wait_until(lambda: SERIAL_PORT not in self.profiles(), "the profile unregistered")
+
+    def test_a_service_or_channel_another_client_published_is_refused(self):
+        self.control.request(PUBLISH, uuid="0x1101", channel=5)
+        other = self.connect()
+        with self.assertRaises(VigilError) as error:
+            other.request(PUBLISH, uuid="0x1101")
+        self.assertEqual(error.exception.code, "invalidState")
+        with self.assertRaises(VigilError) as error:
+            other.request(PUBLISH, uuid="0000aaaa-0000-1000-8000-00805f9b34fb", channel=5)
+        self.assertEqual(error.exception.code, "invalidState")
+        self.assertIn("channel 5", str(error.exception))
+
+    def test_a_restarted_bluetoothd_gets_the_service_again(self):
+        self.control.request(PUBLISH, uuid="0x1101", channel=4)
+        self.wait_until(lambda: SERIAL_PORT in self.profiles(), "the profile registered")
+        self.mock.restart_bluez()
+        self.wait_until(lambda: SERIAL_PORT in self.profiles(), "the profile registered with the new bluetoothd")
 
 
 if __name__ == "__main__":

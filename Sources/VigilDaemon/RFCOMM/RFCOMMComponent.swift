@@ -20,10 +20,10 @@ import VigilSystem
 /// until it is open again (`bluetooth.rfcomm.reopened`) or its holder closes
 /// it. Unlike LE, no link is kept by BlueZ for a client, so there is no
 /// link event to wait for: a classic serial device is paged by connecting.
-final class RFCOMMComponent: BluetoothChannelTransport {
+final class RFCOMMComponent: BluetoothChannelTransport, BluetoothLinkObserver {
     let name = "rfcomm"
     let transportName = "rfcomm"
-    let requestTypes: Set<String> = [OpenRFCOMMChannel.type]
+    let requestTypes: Set<String> = [OpenRFCOMMChannel.type, PublishRFCOMMService.type, UnpublishRFCOMMService.type]
 
     /// Opening or open channels, by session id.
     var channels: [Int: RFCOMMConnection] = [:]
@@ -31,6 +31,10 @@ final class RFCOMMComponent: BluetoothChannelTransport {
     var waiting: [Int: (request: RFCOMMRequest, delay: Duration)] = [:]
     /// Channels asked for by service UUID whose number SDP has not told yet, by session id.
     var lookups: [Int: SDPLookup] = [:]
+    /// Published serial port services, by UUID (`RFCOMMComponent+Services.swift`).
+    var published: [String: PublishedSerialService] = [:]
+    /// What the state file said, by app: from the start until the services are published again.
+    var restoring: [String: SavedRFCOMM] = [:]
 
     static let firstRetryDelay: Duration = .seconds(1)
     static let maxRetryDelay: Duration = .seconds(30)
@@ -42,11 +46,24 @@ final class RFCOMMComponent: BluetoothChannelTransport {
     ) throws(ProtocolError) {
         let id = message.id
         do throws(ProtocolError) {
-            guard message.type == OpenRFCOMMChannel.type else {
+            let client = BluetoothClient(requester)
+            switch message.type {
+            case OpenRFCOMMChannel.type:
+                let request: OpenRFCOMMChannel = try message.decode()
+                try open(request, client: client, opening: .init(requestID: id, connectionID: connection.id), services: services)
+            case PublishRFCOMMService.type:
+                let request: PublishRFCOMMService = try message.decode()
+                let reply = try publish(request, client: client, services: services)
+                saveIntent(of: client, services: services)  // in the state file before the app can tell a device
+                services.send(reply, id: id, to: connection)
+            case UnpublishRFCOMMService.type:
+                let request: UnpublishRFCOMMService = try message.decode()
+                try unpublish(request.uuid, client: client, services: services)
+                saveIntent(of: client, services: services)
+                services.send(Done(), id: id, to: connection)
+            default:
                 throw ProtocolError(.unknownMessage, "unknown message type '\(message.type)'")
             }
-            let request: OpenRFCOMMChannel = try message.decode()
-            try open(request, client: BluetoothClient(requester), opening: .init(requestID: id, connectionID: connection.id), services: services)
         } catch {
             throw ProtocolError(error.code, error.message, id: id)
         }
@@ -280,6 +297,8 @@ final class RFCOMMComponent: BluetoothChannelTransport {
     /// daemon recorded come back only to deliver what their logs kept, then
     /// end, their holders told why.
     func start<S: DaemonServices>(restoring saved: DaemonSnapshot, services: isolated S) throws {
+        restoring = services.config.bluetooth ? saved.bluetooth?.rfcomm ?? [:] : [:]
+        republish(services: services)
         guard let streams = services.component(StreamSessions.self) else { return }
         let records = streams.takeSaved(transport: transportName)
         for record in records where streams.restore(record, transport: self, wakeMode: .bluetoothCentral, coalescing: nil, services: services) {
