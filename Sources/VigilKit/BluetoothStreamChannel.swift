@@ -76,3 +76,47 @@ extension Application {
         }
     }
 }
+
+/// A channel a remote device opened (to a published PSM or serial service),
+/// registered with the router when its event was read.
+struct PendingChannel: Sendable {
+    var stream: AsyncStream<Delivery<AccessorySession.Event>>
+    var status: AccessorySession.Status
+}
+
+extension EventRouter {
+    /// Called for each event before it is routed: an incoming channel's event
+    /// (`ble.l2cap.incoming`, `bluetooth.rfcomm.incoming`) registers its
+    /// session at once, so data that follows is held for the channel the app
+    /// makes of the event.
+    func noteIncomingChannel(_ event: AppEvent) {
+        guard !event.redelivered else { return }
+        let session: Int
+        let accessory: AccessoryInfo
+        switch event.kind {
+        case L2CAPEventKind.incoming:
+            guard let info = L2CAPChannelInfo(attributes: event.attributes) else { return }
+            (session, accessory) = (info.session, L2CAPChannel.noAccessory)
+        case RFCOMMEventKind.incoming:
+            guard let info = RFCOMMChannelInfo(attributes: event.attributes) else { return }
+            (session, accessory) = (info.session, RFCOMMChannel.noAccessory)
+        default:
+            return
+        }
+        let sink = ChannelSink(accessory: accessory)
+        register(session: session, sink.routerSink)
+        incomingChannels.withLock { $0[session] = PendingChannel(stream: sink.stream, status: sink.status) }
+    }
+
+    func takeIncomingChannel(_ session: Int) -> PendingChannel? {
+        incomingChannels.withLock { $0.removeValue(forKey: session) }
+    }
+}
+
+extension Application {
+    /// The session of an incoming channel whose event was read; nil if it was taken already.
+    func incomingChannelSession(_ id: Int, protocol name: String) -> AccessorySession? {
+        guard let pending = session.router.takeIncomingChannel(id) else { return nil }
+        return AccessorySession(id: id, protocol: name, status: pending.status, stream: pending.stream, session: session)
+    }
+}

@@ -87,33 +87,8 @@ extension Application {
     /// per event (a second call returns nil).
     public func l2capChannel(incoming event: AppEvent) -> L2CAPChannel? {
         guard event.kind == L2CAPEventKind.incoming, let info = L2CAPChannelInfo(attributes: event.attributes),
-              let pending = session.router.takeIncomingChannel(info.session)
+              let stream = incomingChannelSession(info.session, protocol: "l2cap:\(info.psm)")
         else { return nil }
-        let stream = AccessorySession(id: info.session, protocol: "l2cap:\(info.psm)", status: pending.status,
-                                      stream: pending.stream, session: session)
         return L2CAPChannel(info: info, stream: stream)
-    }
-}
-
-/// A channel a central opened, registered with the router when its event was read.
-struct PendingL2CAPChannel: Sendable {
-    var stream: AsyncStream<Delivery<AccessorySession.Event>>
-    var status: AccessorySession.Status
-}
-
-extension EventRouter {
-    /// Called for each event before it is routed: a `ble.l2cap.incoming`
-    /// registers its session at once, so data that follows is held for the
-    /// channel the app makes of the event.
-    func noteIncomingChannel(_ event: AppEvent) {
-        guard event.kind == L2CAPEventKind.incoming, !event.redelivered,
-              let info = L2CAPChannelInfo(attributes: event.attributes) else { return }
-        let sink = ChannelSink(accessory: L2CAPChannel.noAccessory)
-        register(session: info.session, sink.routerSink)
-        incomingChannels.withLock { $0[info.session] = PendingL2CAPChannel(stream: sink.stream, status: sink.status) }
-    }
-
-    func takeIncomingChannel(_ session: Int) -> PendingL2CAPChannel? {
-        incomingChannels.withLock { $0.removeValue(forKey: session) }
     }
 }

@@ -55,4 +55,40 @@ extension Application {
             protocol: { "rfcomm:\($0.channel.channel)" })
         return RFCOMMChannel(info: opened.channel, stream: stream)
     }
+
+    /// Publishes a serial port service (SPP server role): bluetoothd adds its
+    /// SDP record and listens on the channel; each device that connects is a
+    /// `bluetooth.rfcomm.incoming` event in `events` (waking or relaunching
+    /// the app: it needs the `bluetooth-peripheral` background mode), which
+    /// `rfcommChannel(incoming:)` makes a channel. Returns the UUID as
+    /// registered (128-bit). The service stays while the app is suspended or
+    /// not running and across daemon restarts, until `unpublishRFCOMMService`.
+    /// Throws `invalidArgument`, `invalidState` (published by another
+    /// client), `notPermitted` (no `bluetooth-peripheral` mode), `unavailable`.
+    /// - Parameters:
+    ///   - uuid: the service class (default 0x1101, Serial Port).
+    ///   - channel: the server channel (1-30); nil: bluetoothd picks one.
+    ///   - requireAuthentication: the device must be paired (an authenticated, encrypted link).
+    @discardableResult
+    public func publishRFCOMMService(
+        uuid: String? = nil, channel: Int? = nil, name: String? = nil, requireAuthentication: Bool? = nil, coalesce: Duration? = nil
+    ) async throws -> String {
+        let request = PublishRFCOMMService(uuid: uuid, channel: channel, name: name, requireAuthentication: requireAuthentication,
+                                           coalesceMilliseconds: coalesce.map(L2CAPCoalescing.milliseconds(of:)))
+        return try await session.request(request, expecting: RFCOMMServicePublished.self).uuid
+    }
+
+    public func unpublishRFCOMMService(uuid: String) async throws {
+        _ = try await session.request(UnpublishRFCOMMService(uuid: uuid), expecting: Done.self)
+    }
+
+    /// The channel a `bluetooth.rfcomm.incoming` event announces. Its data is
+    /// held from the moment the event was read, so nothing is missed; call it
+    /// once per event (a second call returns nil).
+    public func rfcommChannel(incoming event: AppEvent) -> RFCOMMChannel? {
+        guard event.kind == RFCOMMEventKind.incoming, let info = RFCOMMChannelInfo(attributes: event.attributes),
+              let stream = incomingChannelSession(info.session, protocol: "rfcomm:\(info.channel)")
+        else { return nil }
+        return RFCOMMChannel(info: info, stream: stream)
+    }
 }
