@@ -7,6 +7,7 @@ fails): `unavailable`, and nothing left behind. The lab tier
 (Tests/Lab/65-vigild-rfcomm.py) opens real channels against a Bumble SPP device.
 """
 
+import json
 import os
 import socket
 import sys
@@ -16,6 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import test_ble_daemon as ble  # noqa: E402
 from test_l2cap_daemon import kernel_has_bluetooth  # noqa: E402
+from ble_harness import EXAMPLE_APP, PYTHON, MockBlueZDaemonTest  # noqa: E402
 from vigil_client import VigilError  # noqa: E402
 
 OPEN = "bluetooth.openRFCOMMChannel"
@@ -159,6 +161,91 @@ class RFCOMMServiceTests(ble.CentralRig):
         self.wait_until(lambda: SERIAL_PORT in self.profiles(), "the profile registered")
         self.mock.restart_bluez()
         self.wait_until(lambda: SERIAL_PORT in self.profiles(), "the profile registered with the new bluetoothd")
+
+
+RFCOMM_APP = "org.vigil.test.sppapp"
+
+
+class RFCOMMAppRig(MockBlueZDaemonTest):
+    """An app (example_app.py --rfcomm-publish) that publishes a serial port
+    service at launch and echoes what each incoming channel brings."""
+
+    APP = RFCOMM_APP
+    MODES = '["bluetooth-peripheral"]'
+
+    def prepare_mock(self):
+        self.spp = self.mock.control.AddLEDevice("hci0", SPP, "Vigil SPP",
+                                                 self.dbus.Dictionary({"AddressType": self.dbus.String("public")}, signature="sv"))
+
+    def manifest(self):
+        service = json.dumps(json.dumps({"uuid": "0x1101", "channel": 6, "name": "Echo"}))
+        return (f'id = "{RFCOMM_APP}"\n'
+                f'exec = ["{PYTHON}", "{EXAMPLE_APP}", "--record", "{self.record}", "--rfcomm-publish", {service}]\n'
+                f"background-modes = {self.MODES}\n")
+
+    def profiles(self):
+        return [str(uuid) for _owner, _path, uuid, _options in self.mock.control.Profiles()]
+
+    def state(self):
+        return next(a for a in self.control.apps() if a["id"] == RFCOMM_APP)["state"]
+
+    def echo(self, data):
+        """A device connects, sends `data`, and reads the app's echo."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        with ours:
+            self.mock.control.ConnectProfile(self.spp, SERIAL_PORT, self.dbus.types.UnixFd(theirs.fileno()))
+            theirs.close()
+            ours.settimeout(30)
+            ours.sendall(data)
+            received = b""
+            while len(received) < len(data):
+                chunk = ours.recv(65536)
+                self.assertTrue(chunk, f"the channel closed after {len(received)} bytes\n{self.diagnostics()}")
+                received += chunk
+            return received
+
+
+@unittest.skipIf(ble.missing(), ble.missing() or "")
+class RFCOMMAppTests(RFCOMMAppRig):
+    def test_a_suspended_app_is_woken_and_a_stopped_one_relaunched_by_a_device_connecting(self):
+        self.control.app_action("launch", RFCOMM_APP)
+        self.wait_until(lambda: any(r["kind"] == "rfcommPublished" for r in self.records()), "the service published")
+        self.wait_until(lambda: SERIAL_PORT in self.profiles(), "the profile registered")
+        self.control.app_action("background", RFCOMM_APP)
+        self.wait_until(lambda: self.state() == "suspended", "suspended")
+        self.assertEqual(self.echo(b"ping while frozen"), b"ping while frozen")
+        wakes = [d for d in self.control.log(app=RFCOMM_APP) if d["action"] == "wake"]
+        self.assertTrue(wakes, "the incoming channel woke the app")
+
+        self.control.app_action("terminate", RFCOMM_APP)
+        self.wait_until(lambda: self.state() == "notRunning", "terminated")
+        self.assertIn(SERIAL_PORT, self.profiles(), "the service stays while the app is not running")
+        self.assertEqual(self.echo(b"ping while stopped"), b"ping while stopped")
+        self.assertEqual(len([r for r in self.records() if r["kind"] == "launch"]), 2, "relaunched by the connection")
+
+        # A daemon restart: the saved intent publishes the service again (the old registration left with the old vigild).
+        self.stop_daemon()
+        self.wait_until(lambda: SERIAL_PORT not in self.profiles(), "the old registration gone with its vigild")
+        self.start_daemon()
+        self.wait_until(lambda: SERIAL_PORT in self.profiles(), "the service published again by the restarted vigild")
+        self.assertEqual(self.echo(b"ping after a restart"), b"ping after a restart")
+
+        # The user force-quits the app: now the service goes.
+        self.control.app_action("quit", RFCOMM_APP)
+        self.wait_until(lambda: SERIAL_PORT not in self.profiles(), "the service withdrawn after a force-quit")
+
+
+@unittest.skipIf(ble.missing(), ble.missing() or "")
+class RFCOMMWithoutModeTests(RFCOMMAppRig):
+    MODES = '["bluetooth-central"]'
+
+    def test_an_app_without_the_peripheral_mode_is_refused(self):
+        self.control.app_action("launch", RFCOMM_APP)
+        self.wait_until(lambda: any(r["kind"] == "rfcommRefused" for r in self.records()), "the refusal")
+        refused = next(r for r in self.records() if r["kind"] == "rfcommRefused")
+        self.assertEqual(refused["code"], "notPermitted")
+        self.assertIn("bluetooth-peripheral", refused["error"])
+        self.assertEqual(self.profiles(), [])
 
 
 if __name__ == "__main__":
