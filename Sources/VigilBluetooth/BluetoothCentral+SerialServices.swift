@@ -36,6 +36,7 @@ struct SerialServices {
 }
 
 struct SerialRegistration {
+    let client: BluetoothClient
     let spec: SerialServiceSpec
     let connected: @Sendable (SerialConnection) -> Void
     let failed: @Sendable (String) -> Void
@@ -64,14 +65,14 @@ extension BluetoothCentral {
     /// it appears). `connected` gets each connection, `failed` a refusal of
     /// bluetoothd's; both on the loop.
     public func publishSerialService(
-        _ spec: SerialServiceSpec, connected: @escaping @Sendable (SerialConnection) -> Void,
+        _ spec: SerialServiceSpec, for client: BluetoothClient, connected: @escaping @Sendable (SerialConnection) -> Void,
         failed: @escaping @Sendable (String) -> Void
     ) {
         if let old = serialServices.published[spec.uuid] {
-            guard old.spec != spec else { return }
+            guard old.spec != spec || old.client != client else { return }
             unpublishSerialService(spec.uuid)
         }
-        serialServices.published[spec.uuid] = SerialRegistration(spec: spec, connected: connected, failed: failed)
+        serialServices.published[spec.uuid] = SerialRegistration(client: client, spec: spec, connected: connected, failed: failed)
         loop.task { await self.registerSerialService(spec.uuid) }
     }
 
@@ -91,6 +92,12 @@ extension BluetoothCentral {
                 self.log("bluetooth: unregistering the serial service \(uuid) failed: \(error)")
             }
         }
+    }
+
+    /// Clients with a published serial service: a device pairing with the
+    /// machine to reach one gets its prompts answered by them.
+    func serialPublishers() -> [BluetoothClient] {
+        Array(Set(serialServices.published.values.map(\.client))).sorted { "\($0)" < "\($1)" }
     }
 
     /// After every appearance of bluetoothd: it has forgotten every profile.

@@ -23,9 +23,9 @@ extension BluetoothComponent: BluetoothLinks {
     }
 
     func publishSerialService(
-        _ spec: SerialServiceSpec, connected: @escaping @Sendable (SerialConnection) -> Void, failed: @escaping @Sendable (String) -> Void
+        _ spec: SerialServiceSpec, for client: BluetoothClient, connected: @escaping @Sendable (SerialConnection) -> Void, failed: @escaping @Sendable (String) -> Void
     ) {
-        central?.assumeIsolated { $0.publishSerialService(spec, connected: connected, failed: failed) }
+        central?.assumeIsolated { $0.publishSerialService(spec, for: client, connected: connected, failed: failed) }
     }
 
     func unpublishSerialService(_ uuid: String) {

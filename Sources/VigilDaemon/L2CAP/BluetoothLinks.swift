@@ -18,7 +18,7 @@ protocol BluetoothLinks {
     /// A serial port service in bluetoothd's SDP server, its connections
     /// handed to `connected` (on the loop); kept across bluetoothd restarts.
     func publishSerialService(
-        _ spec: SerialServiceSpec, connected: @escaping @Sendable (SerialConnection) -> Void, failed: @escaping @Sendable (String) -> Void)
+        _ spec: SerialServiceSpec, for client: BluetoothClient, connected: @escaping @Sendable (SerialConnection) -> Void, failed: @escaping @Sendable (String) -> Void)
     func unpublishSerialService(_ uuid: String)
 }
 

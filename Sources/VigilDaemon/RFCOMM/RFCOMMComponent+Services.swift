@@ -61,7 +61,7 @@ extension RFCOMMComponent {
     private func register<S: DaemonServices>(_ entry: PublishedSerialService, links: any BluetoothLinks, services: isolated S) {
         let uuid = entry.spec.uuid
         published[uuid] = entry
-        links.publishSerialService(entry.spec, connected: { [weak services] connection in
+        links.publishSerialService(entry.spec, for: entry.client, connected: { [weak services] connection in
             services?.assumeIsolated { services in
                 services.component(RFCOMMComponent.self)?.accept(connection, services: services)
             }

@@ -168,7 +168,10 @@ final class RFCOMMComponent: BluetoothChannelTransport, BluetoothLinkObserver {
         switch system.errno {
         case .connectionRefused: return ProtocolError(.notFound, "\(doing): nothing listens on that channel (\(system))")
         case .permissionDenied:
-            return ProtocolError(.notPermitted, "\(doing): the link's security was refused (the device is not paired, or the pairing failed)")
+            // The kernel asks for a link key on every RFCOMM channel to an SSP
+            // device, and vigild's agent answers only pairings a client asked
+            // for: an unpaired device is paired first, by the client.
+            return ProtocolError(.notPermitted, "\(doing): the link's security was refused: the device is not paired (or the pairing failed); pair it first (ble.pair: central.pair(address) in VigilKit and Python, vigilctl ble pair ADDRESS), then open the channel")
         case .hostIsDown, .noRouteToHost, .timedOut, .socketNotConnected:
             return ProtocolError(.notConnected, "\(doing): the device did not answer (\(system))")
         default: return ProtocolError(.deviceError, "\(doing): \(system)")
