@@ -88,20 +88,26 @@ final class ControlPushes: Sendable {
     /// is registered before its first data is read, then listeners get it.
     private func incomingChannel(_ push: BluetoothPush) {
         guard let info = L2CAPChannelInfo(attributes: push.attributes) else { return }
+        announce(session: info.session, to: \.l2cap) { ControlL2CAPChannel(info: info, output: $0) }
+    }
+
+    /// An incoming channel's session, registered before its first data is
+    /// read; then every listener of `listeners` gets the channel.
+    private func announce<Channel: Sendable>(
+        session: Int, to listeners: KeyPath<State, [Int: AsyncStream<Channel>.Continuation]> & Sendable,
+        _ make: (AsyncStream<ControlSession.Output>) -> Channel
+    ) {
         let (output, continuation) = AsyncStream.makeStream(of: ControlSession.Output.self)
-        addSession(info.session, continuation)
-        let channel = ControlL2CAPChannel(info: info, output: output)
-        for listener in state.withLock({ Array($0.l2cap.values) }) { listener.yield(channel) }
+        addSession(session, continuation)
+        let channel = make(output)
+        for listener in state.withLock({ Array($0[keyPath: listeners].values) }) { listener.yield(channel) }
     }
 
     /// A channel a device opened to a serial service this client published,
     /// registered as an L2CAP one is.
     private func incomingRFCOMMChannel(_ push: BluetoothPush) {
         guard let info = RFCOMMChannelInfo(attributes: push.attributes) else { return }
-        let (output, continuation) = AsyncStream.makeStream(of: ControlSession.Output.self)
-        addSession(info.session, continuation)
-        let channel = ControlRFCOMMChannel(info: info, output: output)
-        for listener in state.withLock({ Array($0.rfcomm.values) }) { listener.yield(channel) }
+        announce(session: info.session, to: \.rfcomm) { ControlRFCOMMChannel(info: info, output: $0) }
     }
 
     /// An RFCOMM listener: every incoming channel from now on, until the connection closes.

@@ -39,8 +39,9 @@ bluez = lab.Bluez("hci0")
 bluez.forget_all()
 adapter_props = bluez.obj(bluez.adapter_path, "org.freedesktop.DBus.Properties")
 HOST = str(adapter_props.Get("org.bluez.Adapter1", "Address")).upper()
-# Page scan on, so the device can connect to the machine over BR/EDR.
-adapter_props.Set("org.bluez.Adapter1", "Connectable", bluez.dbus.Boolean(True))
+# Page scan on, so the device can connect to the machine over BR/EDR
+# (Debian 12's BlueZ has no Adapter1.Connectable; Discoverable implies it).
+adapter_props.Set("org.bluez.Adapter1", "Discoverable", bluez.dbus.Boolean(True))
 peer = lab.Peer.start("spp", os.path.join(HERE, "rfcomm_peer.py"), "--echo", "--expect", str(STREAM), timeout=150)
 peer.wait_event("ready", timeout=30)
 

@@ -10,6 +10,7 @@ fails): `unavailable`, and nothing left behind. The lab tier
 import json
 import os
 import socket
+import subprocess
 import sys
 import unittest
 
@@ -17,13 +18,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import test_ble_daemon as ble  # noqa: E402
 from test_l2cap_daemon import kernel_has_bluetooth  # noqa: E402
-from ble_harness import EXAMPLE_APP, PYTHON, MockBlueZDaemonTest  # noqa: E402
+from ble_harness import EXAMPLE_APP, PYTHON, VIGILD, MockBlueZDaemonTest  # noqa: E402
 from vigil_client import VigilError  # noqa: E402
 
 OPEN = "bluetooth.openRFCOMMChannel"
 PUBLISH = "bluetooth.publishRFCOMMService"
 UNPUBLISH = "bluetooth.unpublishRFCOMMService"
 SERIAL_PORT = "00001101-0000-1000-8000-00805f9b34fb"
+VIGILCTL = os.path.join(os.path.dirname(os.environ.get("VIGILD") or VIGILD), "vigilctl")
 SPP = "00:AA:01:00:00:23"  # a BR/EDR device (public address) the mock knows
 
 
@@ -155,6 +157,28 @@ class RFCOMMServiceTests(ble.CentralRig):
             other.request(PUBLISH, uuid="0000aaaa-0000-1000-8000-00805f9b34fb", channel=5)
         self.assertEqual(error.exception.code, "invalidState")
         self.assertIn("channel 5", str(error.exception))
+
+    def test_vigilctl_listen_serves_the_first_device_that_connects(self):
+        terminal = subprocess.Popen([VIGILCTL, "--socket", self.socket, "ble", "rfcomm", "--listen", "7"],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            self.wait_until(lambda: SERIAL_PORT in self.profiles() or terminal.poll() is not None, "vigilctl's service")
+            self.assertIsNone(terminal.poll(), terminal.stderr.read().decode() if terminal.poll() is not None else "")
+            self.assertEqual(int(self.mock.control.Profiles()[0][3]["Channel"]), 7)
+            device = self.connect_device()
+            device.sendall(b"from the device\n")
+            self.assertEqual(terminal.stdout.readline(), b"from the device\n")
+            terminal.stdin.write(b"from the terminal\n")
+            terminal.stdin.close()  # EOF: vigilctl closes the channel once the write is done
+            self.assertEqual(device.recv(64), b"from the terminal\n")
+            self.assertEqual(terminal.wait(timeout=20), 0, terminal.stderr.read().decode())
+        finally:
+            if terminal.poll() is None:
+                terminal.kill()
+                terminal.wait()
+            for stream in (terminal.stdout, terminal.stderr):
+                stream.close()
+        self.wait_until(lambda: SERIAL_PORT not in self.profiles(), "the service gone with vigilctl's connection")
 
     def test_a_restarted_bluetoothd_gets_the_service_again(self):
         self.control.request(PUBLISH, uuid="0x1101", channel=4)
