@@ -24,7 +24,6 @@ controllers and a Bumble SPP device (rfcomm_peer.py) on hci1:
    the session (an RFCOMM socket dies with vigild), the app told why.
 """
 # lab-timeout: 480
-import asyncio
 import os
 import struct
 import sys
@@ -35,7 +34,7 @@ import vigillab as lab  # noqa: E402
 from vigillab import LabError  # noqa: E402
 import accessory_lab as acc  # noqa: E402
 from accessory_lab import log, VigilError  # noqa: E402
-import vigil  # noqa: E402  (accessory_lab put clients/python on the path)
+import spp_lab  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 APP = "org.vigil.lab.rfcommapp"
@@ -82,18 +81,7 @@ peer = lab.Peer.start("spp", os.path.join(HERE, "rfcomm_peer.py"), "--channel", 
 ADDRESS = peer.wait_event("ready", timeout=30)["address"].upper()
 log(f"   SPP device on hci1 at {ADDRESS}, channel {CHANNEL}")
 
-# BlueZ learns the device by an inquiry (BR/EDR discovery).
-adapter = bluez.obj(bluez.adapter_path, "org.bluez.Adapter1")
-adapter.SetDiscoveryFilter({"Transport": "bredr"})
-adapter.StartDiscovery()
-try:
-    bluez.wait(lambda: any(str(d.get("Address", "")).upper() == ADDRESS for d in bluez.devices().values()), 60,
-               f"{ADDRESS} in BlueZ's BR/EDR discovery")
-finally:
-    try:
-        adapter.StopDiscovery()
-    except bluez.dbus.DBusException:
-        pass
+spp_lab.discover(bluez, ADDRESS)
 
 daemon = acc.Daemon("65", apps={
     APP: {"exec": APP_EXEC, "modes": ["bluetooth-central"],
@@ -120,23 +108,7 @@ def wait_count(kind, n, timeout, what):
 # "low" only spares SDP): pair through vigild's agent first, answering its prompt.
 daemon.wait(lambda: ctl.request("ble.state")["state"] == "poweredOn", 60, "vigild to see hci0 powered on")
 
-
-async def pair():
-    prompts = []
-    async with vigil.Control(daemon.socket) as control:
-        central = await control.central()
-
-        async def on_prompt(prompt):
-            prompts.append(dict(prompt))
-            if prompt["kind"] in ("confirm", "authorize", "authorizeService"):
-                await central.respond_pairing(prompt["request"], True)
-        central.pairing_callback = on_prompt
-        return await asyncio.wait_for(central.pair(ADDRESS), 120), prompts
-
-paired, prompts = asyncio.run(pair())
-if not paired["paired"]:
-    raise LabError(f"pairing with the SPP device: {paired}\n{daemon.diagnostics()}")
-log(f"   paired through vigild's agent (bonded {paired['bonded']}; prompts {[p['kind'] for p in prompts]})")
+spp_lab.pair(daemon, ADDRESS)
 
 # ------------------------------------------------------ 1. bad requests ----
 expect_error("invalidArgument", "channel 31", device=ADDRESS, channel=31)
