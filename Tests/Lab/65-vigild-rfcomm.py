@@ -11,7 +11,7 @@ controllers and a Bumble SPP device (rfcomm_peer.py) on hci1:
    and closing the session closes it at the device;
 3. an app with `bluetooth-central` opens a channel by the Serial Port
    service's UUID (0x1101, the channel found through SDP; reopen) and is
-   suspended: 256 KiB from the device arrive byte-exact through a 16 KiB
+   suspended: 1 MiB from the device arrive byte-exact through a 16 KiB
    session buffer (vigild stops reading when it is full; RFCOMM credits
    hold the device back), the app woken per data event;
 5. the device drops the link: the app hears the channel closed
@@ -39,7 +39,7 @@ import spp_lab  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 APP = "org.vigil.lab.rfcommapp"
 CHANNEL = 3
-STREAM = 256 * 1024
+STREAM = 1024 * 1024
 BUFFER = 16384
 DATA = "/tmp/vigil-lab-65-app.bin"
 APP_EXEC = [acc.APP_PYTHON, os.path.join(HERE, "l2cap_app.py")]
