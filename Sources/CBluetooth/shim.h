@@ -15,12 +15,12 @@
 // SOL_BLUETOOTH is 274; the header defines it, Swift cannot always import it.
 static const int vigil_sol_bluetooth = SOL_BLUETOOTH;
 
-// One SDU from a SOCK_SEQPACKET L2CAP socket, with the socket's drop counter
+// One read from a Bluetooth socket (an SDU from a SOCK_SEQPACKET L2CAP socket, bytes from an RFCOMM one), with the socket's drop counter
 // (SO_RXQ_OVFL: SDUs the kernel discarded because the receive queue was
 // full) when the kernel attached it. CMSG_* are macros Swift cannot call.
 // Returns recvmsg's result; *truncated is set when the SDU was longer than
 // `length` (its tail is lost).
-static inline ssize_t vigil_l2cap_recv(int fd, void *buffer, size_t length, int flags,
+static inline ssize_t vigil_bluetooth_recv(int fd, void *buffer, size_t length, int flags,
                                        uint32_t *drops, int *has_drops, int *truncated) {
     struct iovec iov = {.iov_base = buffer, .iov_len = length};
     union {

@@ -177,6 +177,7 @@ extension BluetoothCentral {
         reconcileEverything()
         // A bluetoothd that (re)appeared has no agent: register ours again.
         loop.task { await self.registerAgent() }
+        loop.task { await self.registerSerialServices() }
         if let peripheral { loop.task { await peripheral.bluezReady() } }
     }
 

@@ -195,6 +195,8 @@ extension BluetoothCentral {
         // A remote central pairing with the machine, to use a client's services.
         let publishers = (peripheral?.assumeIsolated { $0.publishingClients() } ?? []).sorted { "\($0)" < "\($1)" }
         if let publisher = publishers.first { return (publisher, .bluetoothPeripheral) }
+        // A BR/EDR device pairing to reach a published serial port service.
+        if let publisher = serialPublishers().first { return (publisher, .bluetoothPeripheral) }
         return nil
     }
 

@@ -67,6 +67,8 @@ public actor BluetoothCentral {
 
     // The pairing agent, prompts and pairings (BluetoothCentral+Pairing).
     var agent = AgentState()
+    // Published serial port services (BluetoothCentral+SerialServices).
+    var serialServices = SerialServices()
 
     // Adapters (BluetoothCentral+Adapters).
     /// `bluetooth-adapter` of the daemon config (a name or address); nil: see `pinnedAdapter`.

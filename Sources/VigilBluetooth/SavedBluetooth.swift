@@ -9,7 +9,36 @@ public struct SavedBluetooth: Codable, Sendable, Equatable {
     public var peripheral: [String: SavedPeripheral] = [:]
     /// Absent in files of daemons before L2CAP intents were saved.
     public var l2cap: [String: SavedL2CAP]?
+    /// Absent in files of daemons before RFCOMM services were saved.
+    public var rfcomm: [String: SavedRFCOMM]?
     public init() {}
+}
+
+/// An app's published serial port services (`RFCOMMComponent+Services.swift`):
+/// a restarted daemon publishes them again, so a device still reaches the
+/// app through the same SDP record.
+public struct SavedRFCOMM: Codable, Sendable, Equatable {
+    public var services: [SavedSerialService]
+
+    public init(services: [SavedSerialService] = []) {
+        self.services = services
+    }
+}
+
+public struct SavedSerialService: Codable, Sendable, Equatable {
+    public var uuid: String
+    public var channel: Int?
+    public var name: String
+    public var requireAuthentication: Bool
+    public var coalesceMilliseconds: Int
+
+    public init(uuid: String, channel: Int?, name: String, requireAuthentication: Bool, coalesceMilliseconds: Int) {
+        self.uuid = uuid
+        self.channel = channel
+        self.name = name
+        self.requireAuthentication = requireAuthentication
+        self.coalesceMilliseconds = coalesceMilliseconds
+    }
 }
 
 /// An app's L2CAP intents: the PSMs it published and its channels opened with

@@ -25,6 +25,30 @@ extension ControlClient {
     }
 }
 
+extension ControlClient {
+    /// Channels devices open to serial services this client publishes, from
+    /// now on (take it before `publishRFCOMMService`), until the connection closes.
+    public func incomingRFCOMMChannels() -> AsyncStream<ControlRFCOMMChannel> {
+        let (channels, continuation) = AsyncStream.makeStream(of: ControlRFCOMMChannel.self)
+        pushes.addRFCOMMListener(continuation)
+        return channels
+    }
+
+    /// Publishes a serial port service (default UUID 0x1101) on `channel`
+    /// (nil: bluetoothd's choice); returns the UUID as registered. It goes
+    /// with this connection.
+    public func publishRFCOMMService(uuid: String? = nil, channel: Int? = nil, name: String? = nil,
+                                     requireAuthentication: Bool? = nil) async throws -> RFCOMMServicePublished {
+        try await connection.request(PublishRFCOMMService(uuid: uuid, channel: channel, name: name,
+                                                          requireAuthentication: requireAuthentication),
+                                     expecting: RFCOMMServicePublished.self)
+    }
+
+    public func unpublishRFCOMMService(uuid: String) async throws {
+        _ = try await connection.request(UnpublishRFCOMMService(uuid: uuid), expecting: Done.self)
+    }
+}
+
 /// A control client's RFCOMM channel: its description and its bytes (`write`
 /// and `closeSession` with `info.session`, as for a terminal session).
 public struct ControlRFCOMMChannel: Sendable {

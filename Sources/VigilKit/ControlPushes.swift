@@ -17,6 +17,7 @@ final class ControlPushes: Sendable {
         var peripheral: [Int: AsyncStream<PeripheralManagerEvent>.Continuation] = [:]
         var decisions: [Int: AsyncStream<DecisionRecord>.Continuation] = [:]
         var l2cap: [Int: AsyncStream<ControlL2CAPChannel>.Continuation] = [:]
+        var rfcomm: [Int: AsyncStream<ControlRFCOMMChannel>.Continuation] = [:]
         var isClosed = false
     }
 
@@ -58,6 +59,7 @@ final class ControlPushes: Sendable {
         case BluetoothPush.type:
             let push = try message.decode(BluetoothPush.self)
             if push.kind == L2CAPEventKind.incoming { return incomingChannel(push) }
+            if push.kind == RFCOMMEventKind.incoming { return incomingRFCOMMChannel(push) }
             // Kinds this version does not know are skipped. The peripheral role's
             // go to peripheral listeners, the adapter's state to both kinds of listener.
             if PeripheralEventContent.isPeripheralKind(push.kind) {
@@ -86,10 +88,31 @@ final class ControlPushes: Sendable {
     /// is registered before its first data is read, then listeners get it.
     private func incomingChannel(_ push: BluetoothPush) {
         guard let info = L2CAPChannelInfo(attributes: push.attributes) else { return }
+        announce(session: info.session, to: \.l2cap) { ControlL2CAPChannel(info: info, output: $0) }
+    }
+
+    /// An incoming channel's session, registered before its first data is
+    /// read; then every listener of `listeners` gets the channel.
+    private func announce<Channel: Sendable>(
+        session: Int, to listeners: KeyPath<State, [Int: AsyncStream<Channel>.Continuation]> & Sendable,
+        _ make: (AsyncStream<ControlSession.Output>) -> Channel
+    ) {
         let (output, continuation) = AsyncStream.makeStream(of: ControlSession.Output.self)
-        addSession(info.session, continuation)
-        let channel = ControlL2CAPChannel(info: info, output: output)
-        for listener in state.withLock({ Array($0.l2cap.values) }) { listener.yield(channel) }
+        addSession(session, continuation)
+        let channel = make(output)
+        for listener in state.withLock({ Array($0[keyPath: listeners].values) }) { listener.yield(channel) }
+    }
+
+    /// A channel a device opened to a serial service this client published,
+    /// registered as an L2CAP one is.
+    private func incomingRFCOMMChannel(_ push: BluetoothPush) {
+        guard let info = RFCOMMChannelInfo(attributes: push.attributes) else { return }
+        announce(session: info.session, to: \.rfcomm) { ControlRFCOMMChannel(info: info, output: $0) }
+    }
+
+    /// An RFCOMM listener: every incoming channel from now on, until the connection closes.
+    func addRFCOMMListener(_ continuation: AsyncStream<ControlRFCOMMChannel>.Continuation) {
+        add(continuation, to: \.rfcomm)
     }
 
     /// An L2CAP listener: every incoming channel from now on, until the connection closes.
@@ -146,11 +169,15 @@ final class ControlPushes: Sendable {
     }
 
     private func closeAll(_ reason: String) {
-        let l2cap = state.withLock { state in
-            defer { state.l2cap = [:] }
-            return Array(state.l2cap.values)
+        let (l2cap, rfcomm) = state.withLock { state in
+            defer {
+                state.l2cap = [:]
+                state.rfcomm = [:]
+            }
+            return (Array(state.l2cap.values), Array(state.rfcomm.values))
         }
         for listener in l2cap { listener.finish() }
+        for listener in rfcomm { listener.finish() }
         let (watchers, sessions, bluetooth, peripheral, decisions) = state.withLock { state in
             state.isClosed = true
             defer {

@@ -32,7 +32,7 @@ final class EventRouter: Sendable {
     private let state = Locked(State())
     private let acknowledger = Locked<(@Sendable (UInt64) -> Void)?>(nil)
     /// Channels of `ble.l2cap.incoming` events the app has not taken yet (L2CAPChannel.swift).
-    let incomingChannels = Locked<[Int: PendingL2CAPChannel]>([:])
+    let incomingChannels = Locked<[Int: PendingChannel]>([:])
 
     typealias SessionContinuation = AsyncStream<Delivery<AccessorySession.Event>>.Continuation
     typealias NotificationContinuation = AsyncStream<Delivery<AccessoryNotification>>.Continuation

@@ -24,7 +24,7 @@ import VigilSystem
 /// yields `.interrupted` when its link goes and goes on, same session, when
 /// vigild has reopened it after the link came back (a `ble.l2cap.reopened`
 /// event in `Application.events` says so).
-public final class L2CAPChannel: Sendable {
+public final class L2CAPChannel: BluetoothStreamChannel {
     public let info: L2CAPChannelInfo
     /// The stream underneath: `incoming`, `write`, `close` are its own.
     public let stream: AccessorySession
@@ -39,24 +39,8 @@ public final class L2CAPChannel: Sendable {
     /// The largest SDU each way; writes of any length are cut at `sendMTU` by vigild.
     public var sendMTU: Int { info.sendMTU }
     public var receiveMTU: Int { info.receiveMTU }
-    /// Why the channel ended; nil while it is open (or waiting to reopen).
-    public var closeReason: String? { stream.closeReason }
 
-    /// Data, interruptions and the end (`.closed`), in order; see `AccessorySession.incoming`.
-    public var incoming: AcknowledgingStream<AccessorySession.Event> { stream.incoming }
-    /// Only the bytes; finishes when the channel ends.
-    public var bytes: AccessorySession.Bytes { stream.bytes }
-
-    /// Writes `bytes` and returns once vigild has handed them all to the kernel
-    /// (which sends as the peer's credits allow).
-    public func write(_ bytes: [UInt8]) async throws { try await stream.write(bytes) }
-
-    public func close() async { await stream.close() }
-
-    /// Stands in for the accessory of the session a channel is.
-    static let noAccessory = AccessoryInfo(
-        connectionID: 0, name: "L2CAP channel", manufacturer: "", modelNumber: "", serialNumber: "", firmwareRevision: "",
-        hardwareRevision: "", protocolStrings: [], deviceNode: "", vendorID: "", productID: "", sysPath: "", lineSettings: "")
+    static let noAccessory = channelAccessory("L2CAP channel")
 }
 
 extension Application {
@@ -74,27 +58,12 @@ extension Application {
         peripheral: String, psm: Int, reopen: Bool = false, security: String? = nil, receiveMTU: Int? = nil,
         coalesce: Duration? = nil
     ) async throws -> L2CAPChannel {
-        let (stream, continuation) = AsyncStream.makeStream(of: Delivery<AccessorySession.Event>.self)
-        let status = AccessorySession.Status(accessory: L2CAPChannel.noAccessory)
-        let sink = EventRouter.SessionSink(continuation: continuation, status: status)
         let request = OpenL2CAPChannel(peripheral: peripheral, psm: psm, reopen: reopen ? true : nil, security: security,
                                        receiveMTU: receiveMTU, coalesceMilliseconds: coalesce.map(L2CAPCoalescing.milliseconds(of:)))
-        let (session, router) = (self.session, self.session.router)
-        // Registered as its reply is read, before its first data can be (see openSession).
-        let opening = Task {
-            try await session.request(request, expecting: L2CAPChannelOpened.self) { reply in
-                guard let opened = try? reply.decode(L2CAPChannelOpened.self) else { return }
-                router.register(session: opened.channel.session, sink)
-            }
-        }
-        do {
-            let info = try await opening.value.channel
-            let accessorySession = AccessorySession(id: info.session, protocol: "l2cap:\(info.psm)", status: status, stream: stream, session: session)
-            return L2CAPChannel(info: info, stream: accessorySession)
-        } catch {
-            continuation.finish()
-            throw error
-        }
+        let (opened, stream) = try await openChannel(
+            request, expecting: L2CAPChannelOpened.self, accessory: L2CAPChannel.noAccessory, session: { $0.channel.session },
+            protocol: { "l2cap:\($0.channel.psm)" })
+        return L2CAPChannel(info: opened.channel, stream: stream)
     }
 
     /// Listens for channels from centrals on `psm` (nil: a free dynamic one);
@@ -118,34 +87,8 @@ extension Application {
     /// per event (a second call returns nil).
     public func l2capChannel(incoming event: AppEvent) -> L2CAPChannel? {
         guard event.kind == L2CAPEventKind.incoming, let info = L2CAPChannelInfo(attributes: event.attributes),
-              let pending = session.router.takeIncomingChannel(info.session)
+              let stream = incomingChannelSession(info.session, protocol: "l2cap:\(info.psm)")
         else { return nil }
-        let stream = AccessorySession(id: info.session, protocol: "l2cap:\(info.psm)", status: pending.status,
-                                      stream: pending.stream, session: session)
         return L2CAPChannel(info: info, stream: stream)
-    }
-}
-
-/// A channel a central opened, registered with the router when its event was read.
-struct PendingL2CAPChannel: Sendable {
-    var stream: AsyncStream<Delivery<AccessorySession.Event>>
-    var status: AccessorySession.Status
-}
-
-extension EventRouter {
-    /// Called for each event before it is routed: a `ble.l2cap.incoming`
-    /// registers its session at once, so data that follows is held for the
-    /// channel the app makes of the event.
-    func noteIncomingChannel(_ event: AppEvent) {
-        guard event.kind == L2CAPEventKind.incoming, !event.redelivered,
-              let info = L2CAPChannelInfo(attributes: event.attributes) else { return }
-        let (stream, continuation) = AsyncStream.makeStream(of: Delivery<AccessorySession.Event>.self)
-        let status = AccessorySession.Status(accessory: L2CAPChannel.noAccessory)
-        register(session: info.session, SessionSink(continuation: continuation, status: status))
-        incomingChannels.withLock { $0[info.session] = PendingL2CAPChannel(stream: stream, status: status) }
-    }
-
-    func takeIncomingChannel(_ session: Int) -> PendingL2CAPChannel? {
-        incomingChannels.withLock { $0.removeValue(forKey: session) }
     }
 }

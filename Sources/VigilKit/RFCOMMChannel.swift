@@ -17,7 +17,7 @@ import VigilSystem
 /// opened with `reopen` yields `.interrupted` when it closes by itself and
 /// goes on, same session, once vigild has connected it again (a
 /// `bluetooth.rfcomm.reopened` event in `Application.events` says so).
-public final class RFCOMMChannel: Sendable {
+public final class RFCOMMChannel: BluetoothStreamChannel {
     public let info: RFCOMMChannelInfo
     /// The stream underneath: `incoming`, `write`, `close` are its own.
     public let stream: AccessorySession
@@ -30,22 +30,8 @@ public final class RFCOMMChannel: Sendable {
     public var peer: String { info.peer }
     /// The server channel (1-30), as given or as the device's SDP record named it.
     public var channel: Int { info.channel }
-    /// Why the channel ended; nil while it is open (or connecting again).
-    public var closeReason: String? { stream.closeReason }
 
-    /// Data, interruptions and the end (`.closed`), in order; see `AccessorySession.incoming`.
-    public var incoming: AcknowledgingStream<AccessorySession.Event> { stream.incoming }
-    /// Only the bytes; finishes when the channel ends.
-    public var bytes: AccessorySession.Bytes { stream.bytes }
-
-    /// Writes `bytes` and returns once vigild has handed them all to the kernel.
-    public func write(_ bytes: [UInt8]) async throws { try await stream.write(bytes) }
-
-    public func close() async { await stream.close() }
-
-    static let noAccessory = AccessoryInfo(
-        connectionID: 0, name: "RFCOMM channel", manufacturer: "", modelNumber: "", serialNumber: "", firmwareRevision: "",
-        hardwareRevision: "", protocolStrings: [], deviceNode: "", vendorID: "", productID: "", sysPath: "", lineSettings: "")
+    static let noAccessory = channelAccessory("RFCOMM channel")
 }
 
 extension Application {
@@ -62,26 +48,47 @@ extension Application {
         device: String, channel: Int? = nil, uuid: String? = nil, reopen: Bool = false, security: String? = nil,
         coalesce: Duration? = nil
     ) async throws -> RFCOMMChannel {
-        let (stream, continuation) = AsyncStream.makeStream(of: Delivery<AccessorySession.Event>.self)
-        let status = AccessorySession.Status(accessory: RFCOMMChannel.noAccessory)
-        let sink = EventRouter.SessionSink(continuation: continuation, status: status)
         let request = OpenRFCOMMChannel(device: device, channel: channel, uuid: uuid, reopen: reopen ? true : nil, security: security,
                                         coalesceMilliseconds: coalesce.map(L2CAPCoalescing.milliseconds(of:)))
-        let (session, router) = (self.session, self.session.router)
-        // Registered as its reply is read, before its first data can be (see openSession).
-        let opening = Task {
-            try await session.request(request, expecting: RFCOMMChannelOpened.self) { reply in
-                guard let opened = try? reply.decode(RFCOMMChannelOpened.self) else { return }
-                router.register(session: opened.channel.session, sink)
-            }
-        }
-        do {
-            let info = try await opening.value.channel
-            let accessorySession = AccessorySession(id: info.session, protocol: "rfcomm:\(info.channel)", status: status, stream: stream, session: session)
-            return RFCOMMChannel(info: info, stream: accessorySession)
-        } catch {
-            continuation.finish()
-            throw error
-        }
+        let (opened, stream) = try await openChannel(
+            request, expecting: RFCOMMChannelOpened.self, accessory: RFCOMMChannel.noAccessory, session: { $0.channel.session },
+            protocol: { "rfcomm:\($0.channel.channel)" })
+        return RFCOMMChannel(info: opened.channel, stream: stream)
+    }
+
+    /// Publishes a serial port service (SPP server role): bluetoothd adds its
+    /// SDP record and listens on the channel; each device that connects is a
+    /// `bluetooth.rfcomm.incoming` event in `events` (waking or relaunching
+    /// the app: it needs the `bluetooth-peripheral` background mode), which
+    /// `rfcommChannel(incoming:)` makes a channel. Returns the UUID as
+    /// registered (128-bit). The service stays while the app is suspended or
+    /// not running and across daemon restarts, until `unpublishRFCOMMService`.
+    /// Throws `invalidArgument`, `invalidState` (published by another
+    /// client), `notPermitted` (no `bluetooth-peripheral` mode), `unavailable`.
+    /// - Parameters:
+    ///   - uuid: the service class (default 0x1101, Serial Port).
+    ///   - channel: the server channel (1-30); nil: bluetoothd picks one.
+    ///   - requireAuthentication: the device must be paired (an authenticated, encrypted link).
+    @discardableResult
+    public func publishRFCOMMService(
+        uuid: String? = nil, channel: Int? = nil, name: String? = nil, requireAuthentication: Bool? = nil, coalesce: Duration? = nil
+    ) async throws -> String {
+        let request = PublishRFCOMMService(uuid: uuid, channel: channel, name: name, requireAuthentication: requireAuthentication,
+                                           coalesceMilliseconds: coalesce.map(L2CAPCoalescing.milliseconds(of:)))
+        return try await session.request(request, expecting: RFCOMMServicePublished.self).uuid
+    }
+
+    public func unpublishRFCOMMService(uuid: String) async throws {
+        _ = try await session.request(UnpublishRFCOMMService(uuid: uuid), expecting: Done.self)
+    }
+
+    /// The channel a `bluetooth.rfcomm.incoming` event announces. Its data is
+    /// held from the moment the event was read, so nothing is missed; call it
+    /// once per event (a second call returns nil).
+    public func rfcommChannel(incoming event: AppEvent) -> RFCOMMChannel? {
+        guard event.kind == RFCOMMEventKind.incoming, let info = RFCOMMChannelInfo(attributes: event.attributes),
+              let stream = incomingChannelSession(info.session, protocol: "rfcomm:\(info.channel)")
+        else { return nil }
+        return RFCOMMChannel(info: info, stream: stream)
     }
 }

@@ -80,7 +80,7 @@ public struct L2CAPPSM: Sendable, Hashable, Comparable, CustomStringConvertible 
     public static let leValid: ClosedRange<UInt16> = 0x0001...0x00FF
 
     /// An LE PSM (0x0001-0x00FF), or an error naming the range.
-    public init(le value: Int) throws(L2CAPError) {
+    public init(le value: Int) throws(BluetoothSocketError) {
         guard let value = UInt16(exactly: value), Self.leValid.contains(value) else {
             throw .invalidArgument("PSM \(value) is not an LE PSM (1-255: 1-127 fixed, 128-255 dynamic)")
         }

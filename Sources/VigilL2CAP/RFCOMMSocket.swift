@@ -1,6 +1,5 @@
 import CBluetooth
 import Glibc
-import Synchronization
 import SystemPackage
 import VigilSystem
 
@@ -12,140 +11,94 @@ public struct RFCOMMChannel: Sendable, Hashable, Comparable, CustomStringConvert
     public static let valid: ClosedRange<Int> = 1...30
 
     /// A channel number, or an error naming the range.
-    public init(_ value: Int) throws(L2CAPError) {
+    public init(_ value: Int) throws(BluetoothSocketError) {
         guard Self.valid.contains(value), let byte = UInt8(exactly: value) else {
             throw .invalidArgument("RFCOMM channel \(value) is outside 1-30")
         }
         self.value = byte
     }
 
+    /// A channel the kernel reported (a bound or accepted socket's), not checked.
+    public init(bound value: UInt8) {
+        self.value = value
+    }
+
     public static func < (a: RFCOMMChannel, b: RFCOMMChannel) -> Bool { a.value < b.value }
     public var description: String { "\(value)" }
 }
 
-/// What one `RFCOMMSocket.receive` gave.
-public enum RFCOMMReceive: Sendable, Equatable {
-    case bytes(Int)
-    case wouldBlock
-    /// The peer closed the channel, or the link went; everything it sent before is read.
-    case closed
-}
-
-/// An RFCOMM connection (Bluetooth Classic serial, SPP): an AF_BLUETOOTH,
-/// BTPROTO_RFCOMM, SOCK_STREAM socket. A byte stream with the kernel's
+/// RFCOMM's side of a `BluetoothSocket` (Bluetooth Classic serial, SPP):
+/// a byte stream to a server channel (sockaddr_rc), with the kernel's
 /// credit-based flow control: while nobody reads, the receive queue fills
 /// and the kernel stops giving the peer credits, so the peer waits and
-/// nothing is lost. Non-blocking; owned: closed on `close()` or deinit.
-public final class RFCOMMSocket: Sendable {
-    public let fd: Int32
-    private let isClosed = Atomic(false)
-
-    init(adopting fd: Int32) {
-        self.fd = fd
-    }
-
-    deinit {
-        close()
-    }
-
-    public func close() {
-        if !isClosed.exchange(true, ordering: .acquiringAndReleasing) { _ = Glibc.close(fd) }
-    }
-
-    static func makeSocket() throws(L2CAPError) -> Int32 {
-        let type = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue)
-        return try l2capCheck("socket(AF_BLUETOOTH, SOCK_STREAM, BTPROTO_RFCOMM)") { socket(AF_BLUETOOTH, type, BTPROTO_RFCOMM) }
-    }
-
-    /// Whether this kernel offers RFCOMM sockets at all; the error says why not.
-    public static func probe() -> L2CAPError? {
-        do {
-            let fd = try makeSocket()
-            _ = Glibc.close(fd)
-            return nil
-        } catch {
-            return error
-        }
-    }
-
+/// nothing is lost.
+extension BluetoothSocket {
     /// Starts connecting to `channel` on the BR/EDR device at `address` (the
     /// kernel pages the device if no link is up). Returns at once: watch for
-    /// `.writable`, then `connectResult()` says how it ended.
+    /// `.writable`, then `connectResult()` says how it ended (ECONNREFUSED:
+    /// nothing listens on that channel; EHOSTDOWN: the device did not answer
+    /// the page; EACCES: security).
     /// `source`: the adapter's address (nil: any; the kernel picks one).
     public static func connect(
         to address: BluetoothDeviceAddress, channel: RFCOMMChannel, from source: BluetoothDeviceAddress? = nil,
         security: L2CAPSecurity? = nil
-    ) throws(L2CAPError) -> RFCOMMSocket {
-        let socket = RFCOMMSocket(adopting: try makeSocket())
-        if let source { try socket.bind(source, channel: 0) }
-        if let security {
-            var value = bt_security(level: security.rawValue, key_size: 0)
-            try l2capCheck("setsockopt(BT_SECURITY, \(security))") {
-                setsockopt(socket.fd, vigil_sol_bluetooth, BT_SECURITY, &value, socklen_t(MemoryLayout<bt_security>.size))
-            }
-        }
+    ) throws(BluetoothSocketError) -> BluetoothSocket {
+        let socket = try make(.rfcomm)
+        if let source { try socket.bindRFCOMM(source, channel: 0) }
+        if let security { try socket.setSecurity(security) }
         var remote = sockaddr_rc()
         remote.rc_family = sa_family_t(AF_BLUETOOTH)
         remote.rc_bdaddr = address.bdaddr
         remote.rc_channel = channel.value
-        let result = withUnsafePointer(to: &remote) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(socket.fd, $0, socklen_t(MemoryLayout<sockaddr_rc>.size)) }
-        }
-        if result != 0 && errno != EINPROGRESS && errno != EINTR {
-            throw .from(SystemError(Errno(rawValue: errno), "connect to \(address) RFCOMM channel \(channel)"))
-        }
+        try socket.startConnect(to: &remote, "connect to \(address) RFCOMM channel \(channel)")
         return socket
     }
 
-    private func bind(_ address: BluetoothDeviceAddress, channel: UInt8) throws(L2CAPError) {
+    /// Listens for RFCOMM connections on `channel` (nil: the kernel picks a
+    /// free one; `localChannel` tells which). `source`: the adapter (`.any`:
+    /// every adapter). Watch for `.readable`, then `acceptRFCOMM()`.
+    public static func listen(
+        channel: RFCOMMChannel?, on source: BluetoothDeviceAddress = .any, security: L2CAPSecurity? = nil, backlog: Int32 = 8
+    ) throws(BluetoothSocketError) -> BluetoothSocket {
+        let socket = try make(.rfcomm)
+        try socket.bindRFCOMM(source, channel: channel?.value ?? 0)
+        if let security { try socket.setSecurity(security) }
+        try socket.listen(backlog: backlog)
+        return socket
+    }
+
+    private func bindRFCOMM(_ address: BluetoothDeviceAddress, channel: UInt8) throws(BluetoothSocketError) {
         var local = sockaddr_rc()
         local.rc_family = sa_family_t(AF_BLUETOOTH)
         local.rc_bdaddr = address.bdaddr
         local.rc_channel = channel
-        try l2capCheck("bind RFCOMM") {
-            withUnsafePointer(to: &local) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(fd, $0, socklen_t(MemoryLayout<sockaddr_rc>.size)) }
-            }
-        }
+        try bind(&local, "bind RFCOMM channel \(channel == 0 ? "(any free)" : "\(channel)")")
     }
 
-    /// After `.writable` on a connecting socket: nil when the channel is open,
-    /// else why it failed (ECONNREFUSED: nothing listens on that channel;
-    /// EHOSTDOWN: the device did not answer the page; EACCES: security).
-    public func connectResult() -> L2CAPError? {
-        var error: Int32 = 0
-        var length = socklen_t(MemoryLayout<Int32>.size)
-        if getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0 {
-            return .from(SystemError(Errno(rawValue: errno), "getsockopt(SO_ERROR)"))
-        }
-        return error == 0 ? nil : .system(SystemError(Errno(rawValue: error), "connect"))
+    /// A connection a device made to this RFCOMM listener, with the device's
+    /// address; nil when none is waiting.
+    public func acceptRFCOMM() throws(BluetoothSocketError) -> (socket: BluetoothSocket, peer: BluetoothDeviceAddress)? {
+        var remote = sockaddr_rc()
+        guard let socket = try accept(&remote) else { return nil }
+        return (socket, BluetoothDeviceAddress(remote.rc_bdaddr))
     }
 
-    public func receive(into buffer: UnsafeMutableRawBufferPointer) throws(L2CAPError) -> RFCOMMReceive {
-        while true {
-            let count = Glibc.recv(fd, buffer.baseAddress, buffer.count, 0)
-            if count > 0 { return .bytes(count) }
-            if count == 0 { return .closed }
-            switch errno {
-            case EINTR: continue
-            case EAGAIN, EWOULDBLOCK: return .wouldBlock
-            case ECONNRESET, ENOTCONN, ETIMEDOUT, ECONNABORTED, EPIPE, EHOSTDOWN: return .closed
-            default: throw .from(SystemError(Errno(rawValue: errno), "recv"))
-            }
-        }
+    /// An RFCOMM connection someone else accepted and handed over (bluetoothd,
+    /// through `Profile1.NewConnection`): made non-blocking and close-on-exec,
+    /// owned from now on.
+    public static func adopting(rfcomm fd: Int32) -> BluetoothSocket {
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+        return BluetoothSocket(adopting: fd, kind: .rfcomm)
     }
 
-    /// Sends what fits of `bytes`; nil when the kernel takes nothing now
-    /// (the peer gave no credits): wait for `.writable`.
-    public func send(_ bytes: UnsafeRawBufferPointer) throws(L2CAPError) -> Int? {
-        while true {
-            let count = Glibc.send(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL))
-            if count >= 0 { return count }
-            switch errno {
-            case EINTR: continue
-            case EAGAIN, EWOULDBLOCK: return nil
-            default: throw .from(SystemError(Errno(rawValue: errno), "send"))
-            }
+    /// The RFCOMM channel this socket is bound to (a listener's free channel included).
+    public func localChannel() throws(BluetoothSocketError) -> RFCOMMChannel {
+        var local = sockaddr_rc()
+        var length = socklen_t(MemoryLayout<sockaddr_rc>.size)
+        try bluetoothCheck("getsockname") {
+            withUnsafeMutablePointer(to: &local) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
         }
+        return RFCOMMChannel(bound: local.rc_channel)
     }
 }

@@ -56,6 +56,14 @@ public struct RFCOMMChannelInfo: Sendable, Codable, Equatable {
     public var attributes: [String: JSONValue] {
         ["session": .number(Double(session)), "peer": .string(peer), "channel": .number(Double(channel))]
     }
+
+    public init?(attributes: [String: JSONValue]) {
+        guard let session = attributes["session"]?.numberValue.flatMap({ Int(exactly: $0) }),
+              case let .string(peer)? = attributes["peer"],
+              let channel = attributes["channel"]?.numberValue.flatMap({ Int(exactly: $0) })
+        else { return nil }
+        self.init(session: session, peer: peer, channel: channel)
+    }
 }
 
 public struct RFCOMMChannelOpened: Message, Equatable {
@@ -64,9 +72,73 @@ public struct RFCOMMChannelOpened: Message, Equatable {
     public init(channel: RFCOMMChannelInfo) { self.channel = channel }
 }
 
+/// Request: publish a serial port service (SPP server role). bluetoothd
+/// adds its SDP record (UUID, server channel, name) and listens on the
+/// channel; every connection a remote device makes to it is a session of
+/// this client, announced by a `bluetooth.rfcomm.incoming` event that wakes
+/// or relaunches an app (`bluetooth-peripheral`). Reply:
+/// `RFCOMMServicePublished`. The service stays while the app is suspended
+/// or not running, and across vigild and bluetoothd restarts, until
+/// `UnpublishRFCOMMService` or a force-quit. Errors: `invalidArgument`
+/// (UUID, channel, name, options), `invalidState` (the UUID or the channel
+/// is published already by another client), `unavailable` (no Bluetooth),
+/// `deviceError` (bluetoothd refused the profile).
+public struct PublishRFCOMMService: Message, Equatable {
+    public static let type = "bluetooth.publishRFCOMMService"
+    /// The service class UUID (default 0x1101, the Serial Port service).
+    public var uuid: String?
+    /// The server channel (1-30); nil: bluetoothd picks a free one.
+    public var channel: Int?
+    /// The service name in the SDP record (default "Vigil serial port").
+    public var name: String?
+    /// Require an authenticated, encrypted link (bluetoothd's
+    /// `RequireAuthentication`): the device must pair first (through vigild's agent).
+    public var requireAuthentication: Bool?
+    /// As `OpenRFCOMMChannel`'s, for every channel to this service.
+    public var coalesceMilliseconds: Int?
+
+    public init(uuid: String? = nil, channel: Int? = nil, name: String? = nil, requireAuthentication: Bool? = nil,
+                coalesceMilliseconds: Int? = nil) {
+        self.uuid = uuid
+        self.channel = channel
+        self.name = name
+        self.requireAuthentication = requireAuthentication
+        self.coalesceMilliseconds = coalesceMilliseconds
+    }
+}
+
+/// The reply to `PublishRFCOMMService`: the UUID as vigild registered it
+/// (128-bit, lower case) and the channel asked for (nil: bluetoothd's choice,
+/// which each incoming channel's `channel` names).
+public struct RFCOMMServicePublished: Message, Equatable {
+    public static let type = "reply"
+    public var uuid: String
+    public var channel: Int?
+    public init(uuid: String, channel: Int?) {
+        self.uuid = uuid
+        self.channel = channel
+    }
+}
+
+/// Request: withdraw a service this client published (its SDP record goes,
+/// nothing more connects to it; channels open on it stay). Reply: `Done`.
+/// Error: `notFound` (not published by this client).
+public struct UnpublishRFCOMMService: Message, Equatable {
+    public static let type = "bluetooth.unpublishRFCOMMService"
+    public var uuid: String
+    public init(uuid: String) { self.uuid = uuid }
+}
+
 /// Event kinds of RFCOMM channels (attributes: `RFCOMMChannelInfo`). Bytes
 /// and the end are the session's own events (`session.data`, `session.closed`).
 public enum RFCOMMEventKind {
     /// A channel opened with `reopen` is open again (`bluetooth-central`); same session id.
     public static let reopened = "bluetooth.rfcomm.reopened"
+    /// A remote device connected to a published service: a new session of
+    /// the publisher (`bluetooth-peripheral`). Attributes: `RFCOMMChannelInfo`
+    /// and `uuid`, the service's.
+    public static let incoming = "bluetooth.rfcomm.incoming"
+    /// A published service bluetoothd would not take back after a vigild or
+    /// bluetoothd restart (attributes `uuid`, `reason`).
+    public static let unpublished = "bluetooth.rfcomm.unpublished"
 }

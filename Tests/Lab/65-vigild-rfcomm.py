@@ -11,7 +11,7 @@ controllers and a Bumble SPP device (rfcomm_peer.py) on hci1:
    and closing the session closes it at the device;
 3. an app with `bluetooth-central` opens a channel by the Serial Port
    service's UUID (0x1101, the channel found through SDP; reopen) and is
-   suspended: 256 KiB from the device arrive byte-exact through a 16 KiB
+   suspended: 1 MiB from the device arrive byte-exact through a 16 KiB
    session buffer (vigild stops reading when it is full; RFCOMM credits
    hold the device back), the app woken per data event;
 5. the device drops the link: the app hears the channel closed
@@ -24,7 +24,6 @@ controllers and a Bumble SPP device (rfcomm_peer.py) on hci1:
    the session (an RFCOMM socket dies with vigild), the app told why.
 """
 # lab-timeout: 480
-import asyncio
 import os
 import struct
 import sys
@@ -35,12 +34,12 @@ import vigillab as lab  # noqa: E402
 from vigillab import LabError  # noqa: E402
 import accessory_lab as acc  # noqa: E402
 from accessory_lab import log, VigilError  # noqa: E402
-import vigil  # noqa: E402  (accessory_lab put clients/python on the path)
+import spp_lab  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 APP = "org.vigil.lab.rfcommapp"
 CHANNEL = 3
-STREAM = 256 * 1024
+STREAM = 1024 * 1024
 BUFFER = 16384
 DATA = "/tmp/vigil-lab-65-app.bin"
 APP_EXEC = [acc.APP_PYTHON, os.path.join(HERE, "l2cap_app.py")]
@@ -82,18 +81,7 @@ peer = lab.Peer.start("spp", os.path.join(HERE, "rfcomm_peer.py"), "--channel", 
 ADDRESS = peer.wait_event("ready", timeout=30)["address"].upper()
 log(f"   SPP device on hci1 at {ADDRESS}, channel {CHANNEL}")
 
-# BlueZ learns the device by an inquiry (BR/EDR discovery).
-adapter = bluez.obj(bluez.adapter_path, "org.bluez.Adapter1")
-adapter.SetDiscoveryFilter({"Transport": "bredr"})
-adapter.StartDiscovery()
-try:
-    bluez.wait(lambda: any(str(d.get("Address", "")).upper() == ADDRESS for d in bluez.devices().values()), 60,
-               f"{ADDRESS} in BlueZ's BR/EDR discovery")
-finally:
-    try:
-        adapter.StopDiscovery()
-    except bluez.dbus.DBusException:
-        pass
+spp_lab.discover(bluez, ADDRESS)
 
 daemon = acc.Daemon("65", apps={
     APP: {"exec": APP_EXEC, "modes": ["bluetooth-central"],
@@ -120,23 +108,7 @@ def wait_count(kind, n, timeout, what):
 # "low" only spares SDP): pair through vigild's agent first, answering its prompt.
 daemon.wait(lambda: ctl.request("ble.state")["state"] == "poweredOn", 60, "vigild to see hci0 powered on")
 
-
-async def pair():
-    prompts = []
-    async with vigil.Control(daemon.socket) as control:
-        central = await control.central()
-
-        async def on_prompt(prompt):
-            prompts.append(dict(prompt))
-            if prompt["kind"] in ("confirm", "authorize", "authorizeService"):
-                await central.respond_pairing(prompt["request"], True)
-        central.pairing_callback = on_prompt
-        return await asyncio.wait_for(central.pair(ADDRESS), 120), prompts
-
-paired, prompts = asyncio.run(pair())
-if not paired["paired"]:
-    raise LabError(f"pairing with the SPP device: {paired}\n{daemon.diagnostics()}")
-log(f"   paired through vigild's agent (bonded {paired['bonded']}; prompts {[p['kind'] for p in prompts]})")
+spp_lab.pair(daemon, ADDRESS)
 
 # ------------------------------------------------------ 1. bad requests ----
 expect_error("invalidArgument", "channel 31", device=ADDRESS, channel=31)

@@ -6,12 +6,16 @@ Needs the lab's dual-mode controllers (`lab.bt_up("dual")`).
 Connectable and discoverable over BR/EDR, with an SDP record for the Serial
 Port service (0x1101) on --channel. Whatever arrives on a channel is checked
 against byte[i] = (i + 7) % 253 and counted ("received" every 64 KiB,
-"received-all" at --expect bytes). Events: "ready" (with the controller's
+"received-all" at --expect bytes; with --echo the pattern it sends itself,
+for a peer that echoes). Events: "ready" (with the controller's
 public address, the one BlueZ sees), "connected", "dlc-open",
 "dlc-closed", "disconnected". Commands (FIFO):
   send N        write N bytes of the pattern i % 251 (continuing where the
                 last send on this channel stopped), in the background;
                 "sent" once drained, "send-failed" if the channel ended first
+  connect ADDR  as a client: connect to ADDR over BR/EDR, pair (authenticate,
+                encrypt), find its Serial Port service by SDP and open a
+                channel to it ("dlc-out" with the channel, or "connect-failed")
   close         close the RFCOMM channel (the link stays)
   disconnect    drop the link
   quit
@@ -30,7 +34,7 @@ sys.path.insert(0, os.path.join(REPO, "lab", "peers"))
 import _peerlib  # noqa: E402
 
 from bumble import hci, keys, rfcomm  # noqa: E402
-from bumble.core import UUID  # noqa: E402
+from bumble.core import UUID, PhysicalTransport  # noqa: E402
 from bumble.device import Device  # noqa: E402
 
 SERIAL_PORT = UUID.from_16_bits(0x1101, "Serial Port")
@@ -53,9 +57,10 @@ class SPPPeer:
         self.received = 0
         self.ok = True
         self.sent = 0
+        self.device = None
 
     def on_data(self, data: bytes) -> None:
-        expected = inbound(self.received, len(data))
+        expected = (outbound if self.a.echo else inbound)(self.received, len(data))
         if data != expected and self.ok:
             first = next(i for i in range(len(data)) if data[i] != expected[i])
             self.ok = False
@@ -91,6 +96,21 @@ class SPPPeer:
             return
         self.ev.emit("sent", bytes=first + total)
 
+    async def connect_out(self, address: str) -> None:
+        try:
+            connection = await self.device.connect(address, transport=PhysicalTransport.BR_EDR)
+            await connection.authenticate()
+            await connection.encrypt()
+            channel = await rfcomm.find_rfcomm_channel_with_uuid(connection, SERIAL_PORT)
+            if channel is None:
+                self.ev.emit("connect-failed", error=f"{address} has no Serial Port service in its SDP records")
+                return
+            multiplexer = await rfcomm.Client(connection).start()
+            self.adopt(await multiplexer.open_dlc(channel))
+            self.ev.emit("dlc-out", channel=channel)
+        except Exception as exc:  # noqa: BLE001 - reported, the peer goes on
+            self.ev.emit("connect-failed", error=str(exc) or type(exc).__name__)
+
     def on_connection(self, connection) -> None:
         self.connection = connection
         self.ev.emit("connected", address=str(connection.peer_address))
@@ -110,6 +130,8 @@ class SPPPeer:
                 self.ev.emit("send-failed", error="no channel")
                 return True
             asyncio.ensure_future(self.send(self.dlc, int(parts[1])))
+        elif name == "connect" and len(parts) == 2:
+            asyncio.ensure_future(self.connect_out(parts[1]))
         elif name == "close" and self.dlc is not None:
             await self.dlc.disconnect()
         elif name == "disconnect" and self.connection is not None:
@@ -124,7 +146,7 @@ class SPPPeer:
         a = self.a
         transport = await _peerlib.open_transport_retry(a.transport)
         async with transport:
-            device = Device.with_hci(a.name, hci.Address("C0:DE:00:00:00:65"), transport.source, transport.sink)
+            device = self.device = Device.with_hci(a.name, hci.Address("C0:DE:00:00:00:65"), transport.source, transport.sink)
             device.classic_enabled = True
             # The link key of the pairing through vigild's agent, for the reconnections after it.
             device.keystore = keys.MemoryKeyStore()
@@ -149,6 +171,7 @@ def main() -> None:
     p.add_argument("--name", default="Vigil SPP")
     p.add_argument("--channel", type=int, default=3)
     p.add_argument("--expect", type=int, default=0, help="bytes to receive before emitting received-all")
+    p.add_argument("--echo", action="store_true", help="check what arrives against the pattern this peer sends")
     a = p.parse_args()
     asyncio.run(SPPPeer(a, _peerlib.Events(a.events)).run())
 

@@ -61,4 +61,40 @@ struct RFCOMMChannelTests {
             #expect(error.code == .notFound)
         }
     }
+
+    @Test("a device's connection to a published service: the incoming event reaches the app, and data read before it took the channel is held for it")
+    func incomingChannel() async throws {
+        let fake = try FakeDaemon()
+        defer { fake.stop() }
+        let serialPort = "00001101-0000-1000-8000-00805f9b34fb"
+        fake.respond { message in
+            message.type == PublishRFCOMMService.type ? (Self.header(RFCOMMServicePublished(uuid: serialPort, channel: 3)), []) : nil
+        }
+        let app = try await Application.connect(socketPath: fake.path)
+        #expect(try await app.publishRFCOMMService(channel: 3, name: "Port") == serialPort)
+        let published = try #require(fake.received(PublishRFCOMMService.type).first).decode(PublishRFCOMMService.self)
+        #expect(published == PublishRFCOMMService(channel: 3, name: "Port"))
+        var events = app.events.makeAsyncIterator()
+        let info = RFCOMMChannelInfo(session: 9, peer: "00:AA:01:00:00:23", channel: 3)
+        var attributes = info.attributes
+        attributes["uuid"] = .string(serialPort)
+        fake.event(1, RFCOMMEventKind.incoming, attributes)
+        fake.event(2, AccessoryEventKind.data, ["session": .number(9)], body: [0xAA])
+        fake.event(3, "test")
+        guard case let .event(incoming)? = await events.next() else {
+            Issue.record("no incoming event")
+            return
+        }
+        #expect(incoming.kind == RFCOMMEventKind.incoming)
+        guard case let .event(next)? = await events.next() else {
+            Issue.record("no test event")
+            return
+        }
+        #expect(next.seq == 3, "the data event is the channel's, not the app's")
+        let channel = try #require(app.rfcommChannel(incoming: incoming))
+        #expect(app.rfcommChannel(incoming: incoming) == nil, "taken once")
+        #expect(channel.info == info)
+        var bytes = channel.bytes.makeAsyncIterator()
+        #expect(await bytes.next() == [0xAA])
+    }
 }

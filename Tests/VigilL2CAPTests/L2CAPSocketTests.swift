@@ -19,7 +19,7 @@ import VigilL2CAP
         #expect(try L2CAPPSM(le: 0x80).isDynamic)
         #expect(try !L2CAPPSM(le: 0x25).isDynamic)
         for bad in [0, 256, -1, 0x1001] {
-            #expect(throws: L2CAPError.self) { try L2CAPPSM(le: bad) }
+            #expect(throws: BluetoothSocketError.self) { try L2CAPPSM(le: bad) }
         }
         do {
             _ = try L2CAPPSM(le: 300)
@@ -34,10 +34,10 @@ import VigilL2CAP
     /// in one clear error; with Bluetooth (the lab guest) the probe passes and
     /// a listener gets a dynamic LE PSM.
     @Test func withoutBluetoothEveryCallSaysSo() throws {
-        guard let problem = L2CAPSocket.probe() else {
-            let listener = try L2CAPSocket.listen(psm: nil)
+        guard let problem = BluetoothSocket.probe() else {
+            let listener = try BluetoothSocket.listen(psm: nil)
             #expect(try listener.localPSM().isDynamic)
-            #expect(try listener.accept() == nil)
+            #expect(try listener.acceptL2CAP() == nil)
             return
         }
         guard case let .bluetoothUnavailable(errno) = problem else {
@@ -47,7 +47,7 @@ import VigilL2CAP
         #expect(errno.rawValue == EAFNOSUPPORT || errno.rawValue == EPROTONOSUPPORT)
         #expect(problem.description.hasPrefix("Bluetooth unavailable"))
         let address = try #require(BluetoothDeviceAddress("C0:DE:00:00:00:01"))
-        #expect(throws: problem) { try L2CAPSocket.connect(to: address, type: .leRandom, psm: L2CAPPSM(le: 0x80)) }
-        #expect(throws: problem) { try L2CAPSocket.listen(psm: nil) }
+        #expect(throws: problem) { try BluetoothSocket.connect(to: address, type: .leRandom, psm: L2CAPPSM(le: 0x80)) }
+        #expect(throws: problem) { try BluetoothSocket.listen(psm: nil) }
     }
 }

@@ -129,6 +129,7 @@ class _State:
         self.agent_timeout = 60.0   # bluetoothd's own agent request timeout
         self.agent_results = []     # (device path, method, result) of every agent-driven pairing
         self.held_advertisements = []     # their replies, in order
+        self.profiles = {}          # (owner, profile path) -> (uuid, options): ProfileManager1.RegisterProfile
 
 
 class _Adapter:
@@ -546,6 +547,43 @@ def _unregister_agent(o, sender, path):
         raise _err('org.bluez.Error.DoesNotExist', 'Does Not Exist')
     if S.default_agent == key:
         S.default_agent = None
+
+
+def _register_profile(o, sender, path, uuid, options):
+    uuid = str(uuid).lower()
+    if any(u == uuid for u, _o in S.profiles.values()):
+        raise _err('org.bluez.Error.NotPermitted', 'UUID already registered')
+    channel = options.get('Channel')
+    if channel is not None and any(opts.get('Channel') == channel for _u, opts in S.profiles.values()):
+        raise _err('org.bluez.Error.Failed', 'Failed to listen on channel')
+    S.profiles[(str(sender), str(path))] = (uuid, dict(options))
+
+
+def _unregister_profile(o, sender, path):
+    if S.profiles.pop((str(sender), str(path)), None) is None:
+        raise _err('org.bluez.Error.DoesNotExist', 'Does Not Exist')
+
+
+def _c_profiles(o, s):
+    return dbus.Array([dbus.Struct((owner, dbus.ObjectPath(path), uuid, dbus.Dictionary(opts, signature='sv')),
+                                   signature='sosa{sv}')
+                       for (owner, path), (uuid, opts) in S.profiles.items()], signature='(sosa{sv})')
+
+
+def _c_connect_profile(o, s, dev, uuid, fd, reply_cb, error_cb):
+    '''A device connecting to a registered serial profile: bluetoothd's
+    NewConnection(device, fd, {}) to the profile's owner, with the caller's
+    end of a socket pair standing in for the accepted RFCOMM socket.'''
+    uuid = str(uuid).lower()
+    found = [(owner, path) for (owner, path), (u, _o) in S.profiles.items() if u == uuid]
+    if not found:
+        error_cb(_err('org.bluez.Error.DoesNotExist', f'no profile registered for {uuid}'))
+        return
+    owner, path = found[0]
+    _record(owner, path, 'org.bluez.Profile1', 'NewConnection', [dev])
+    S.bus.call_async(owner, path, 'org.bluez.Profile1', 'NewConnection', 'oha{sv}',
+                     (dbus.ObjectPath(dev), fd, dbus.Dictionary({}, signature='sv')),
+                     lambda *r: reply_cb(), error_cb, timeout=S.remote_timeout)
 
 
 def _agent_for(sender):
@@ -1425,6 +1463,8 @@ def _on_name_owner_changed(name, old, new):
             _update_adv_props(a, st)
     for k in [k for k in S.apps if k[0] == gone]:
         del S.apps[k]
+    for k in [k for k in S.profiles if k[0] == gone]:
+        del S.profiles[k]  # bluetoothd drops a client's profiles when it leaves the bus
     for k in [k for k in S.agents if k[0] == gone]:
         del S.agents[k]
         if S.default_agent == k:
@@ -1725,6 +1765,8 @@ CONTROL_METHODS = [
     ('ChangeAddress', 'oss', '', _c_change_address, False),
     ('LosePairReply', 'os', '', _c_lose_pair_reply, False),
     ('ReleasePairReply', 'o', 'b', _c_release_pair_reply, False),
+    ('Profiles', '', 'a(sosa{sv})', _c_profiles, False),
+    ('ConnectProfile', 'osh', '', _c_connect_profile, True),
 ]
 
 
@@ -1747,6 +1789,9 @@ def load(mock, parameters):
     _install(bz, 'org.bluez.AgentManager1', 'RegisterAgent', 'os', '', _register_agent, log=True)
     _install(bz, 'org.bluez.AgentManager1', 'RequestDefaultAgent', 'o', '', _request_default_agent, log=True)
     _install(bz, 'org.bluez.AgentManager1', 'UnregisterAgent', 'o', '', _unregister_agent, log=True)
+    # ProfileManager1 that keeps the registrations (bluez5's only records the call): ConnectProfile uses them
+    _install(bz, bluez5.PROFILE_MANAGER_IFACE, 'RegisterProfile', 'osa{sv}', '', _register_profile, log=True)
+    _install(bz, bluez5.PROFILE_MANAGER_IFACE, 'UnregisterProfile', 'o', '', _unregister_profile, log=True)
     # GetManagedObjects on "/" lists only org.bluez's tree, not our control object
     _install(mock, OM_IFACE, 'GetManagedObjects', '', 'a{oa{sa{sv}}}', _get_managed_objects)
 

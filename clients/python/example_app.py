@@ -66,6 +66,9 @@ def main():
                         help="answer pairing prompts: a passkey prompt with N, a confirmation by accepting")
     parser.add_argument("--ble-updates", type=int, default=0, metavar="N",
                         help="with --ble-serve: when a central subscribes, send N value updates (00 01, 00 02, ...)")
+    parser.add_argument("--rfcomm-publish", default=None, metavar="SERVICE_JSON",
+                        help="publish a serial port service (bluetooth.publishRFCOMMService members) at launch; "
+                             "write back each incoming channel's bytes (an echo)")
     options = parser.parse_args()
 
     def record(**fields):
@@ -143,6 +146,13 @@ def main():
                     app.request("ble.startAdvertising", advertisement={
                         "localName": options.ble_advertise, "serviceUUIDs": [service["uuid"]]})
             record(kind="bleServing")
+        if options.rfcomm_publish:
+            try:
+                published = app.request("bluetooth.publishRFCOMMService", **json.loads(options.rfcomm_publish))
+                record(kind="rfcommPublished", uuid=published["uuid"], channel=published.get("channel"))
+            except VigilError as error:
+                record(kind="rfcommRefused", code=error.code, error=error.message)
+        rfcomm_sessions = set()
         for item in app.events():
             if isinstance(item, Lifecycle):
                 record(kind="lifecycle", event=item.event, state=item.state)
@@ -179,6 +189,10 @@ def main():
                        payloadHex=item.payload.hex(), redelivered=item.redelivered)
                 if item.kind == "accessory.connected":
                     open_session([item.attributes])
+                elif item.kind == "bluetooth.rfcomm.incoming":
+                    rfcomm_sessions.add(item.attributes["session"])
+                elif item.kind == "session.data" and item.attributes.get("session") in rfcomm_sessions:
+                    app.write(item.attributes["session"], item.payload)
                 elif item.kind == "session.closed" and item.attributes.get("session") == session \
                         and not item.attributes.get("willReopen"):
                     session = None

@@ -22,6 +22,16 @@ extension BluetoothComponent: BluetoothLinks {
         return try outcome.get()
     }
 
+    func publishSerialService(
+        _ spec: SerialServiceSpec, for client: BluetoothClient, connected: @escaping @Sendable (SerialConnection) -> Void, failed: @escaping @Sendable (String) -> Void
+    ) {
+        central?.assumeIsolated { $0.publishSerialService(spec, for: client, connected: connected, failed: failed) }
+    }
+
+    func unpublishSerialService(_ uuid: String) {
+        central?.assumeIsolated { $0.unpublishSerialService(uuid) }
+    }
+
     func wantsLink(_ client: BluetoothClient, address: String) -> Bool {
         central?.assumeIsolated { $0.wantsLink(client, address: address) } ?? false
     }

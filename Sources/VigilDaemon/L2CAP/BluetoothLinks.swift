@@ -15,6 +15,11 @@ protocol BluetoothLinks {
     func linkIsUp(_ address: String) -> Bool
     /// A BR/EDR device BlueZ knows, for an RFCOMM channel.
     func classicTarget(address: String) throws(ProtocolError) -> ClassicTarget
+    /// A serial port service in bluetoothd's SDP server, its connections
+    /// handed to `connected` (on the loop); kept across bluetoothd restarts.
+    func publishSerialService(
+        _ spec: SerialServiceSpec, for client: BluetoothClient, connected: @escaping @Sendable (SerialConnection) -> Void, failed: @escaping @Sendable (String) -> Void)
+    func unpublishSerialService(_ uuid: String)
 }
 
 extension DaemonServices {

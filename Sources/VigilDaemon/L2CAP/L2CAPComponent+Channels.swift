@@ -21,36 +21,31 @@ extension L2CAPComponent {
         var wish = ChannelRequest(client: client, peer: target.address, psm: psm, options: options, reopen: request.reopen ?? false)
         wish.coalesce = coalesce
         let socket = try connectSocket(wish, target: target)
-        guard let streams = services.component(StreamSessions.self) else {
-            socket.close()
-            throw ProtocolError(.internalError, "no stream sessions in this daemon")
-        }
         let session: Int
         do {
-            session = try streams.open(
-                holder: client.sessionHolder, name: "l2cap:\(target.address)/\(psm.value)", transport: self, wakeMode: .bluetoothCentral,
-                coalescing: coalesce, services: services)
+            session = try openChannelSession(for: client, name: "l2cap:\(target.address)/\(psm.value)", wakeMode: .bluetoothCentral,
+                                             coalescing: coalesce, services: services)
         } catch {
             socket.close()
-            throw ProtocolError(.invalidState, "cannot create the channel's session log: \(error)")
+            throw error
         }
         do {
             try startOpening(session, OpenChannel(socket: socket, request: wish, wakeMode: .bluetoothCentral, opening: opening), services: services)
         } catch {
-            streams.forget(session)
+            services.component(StreamSessions.self)?.forget(session)
             throw error
         }
         services.logger.info("l2cap: session \(session): \(client) opening a channel to \(target.address) (\(target.addressType)) PSM \(psm)")
     }
 
-    private func connectSocket(_ wish: ChannelRequest, target: L2CAPTarget) throws(ProtocolError) -> L2CAPSocket {
+    private func connectSocket(_ wish: ChannelRequest, target: L2CAPTarget) throws(ProtocolError) -> BluetoothSocket {
         guard let address = BluetoothDeviceAddress(target.address) else {
             throw ProtocolError(.invalidArgument, "'\(target.address)' is not a Bluetooth address")
         }
         let type = BluetoothAddressType(blueZ: target.addressType) ?? .lePublic
         let source = target.adapterAddress.flatMap(BluetoothDeviceAddress.init)
         do {
-            return try L2CAPSocket.connect(to: address, type: type, psm: wish.psm, from: source, options: wish.options)
+            return try BluetoothSocket.connect(to: address, type: type, psm: wish.psm, from: source, options: wish.options)
         } catch {
             throw protocolError(error, "cannot open an L2CAP channel to \(target.address) PSM \(wish.psm.value)")
         }
@@ -58,15 +53,9 @@ extension L2CAPComponent {
 
     /// Waits (on the loop) for the connect to finish: `.writable` or an error.
     private func startOpening<S: DaemonServices>(_ session: Int, _ channel: OpenChannel, services: isolated S) throws(ProtocolError) {
-        do {
-            channel.watch = try services.loop.watch(
-                channel.socket.fd, for: .writable, services.watchCallback(L2CAPComponent.self) { l2cap, _, services in
-                    guard let channel = l2cap.channels[session], channel.opening != nil else { return }
-                    l2cap.finishOpening(session, channel, services: services)
-                })
-        } catch {
-            channel.socket.close()
-            throw ProtocolError(.internalError, "cannot watch the channel's socket: \(error)")
+        channel.watch = try watchConnect(channel.socket, services: services) { l2cap, services in
+            guard let channel = l2cap.channels[session], channel.opening != nil else { return }
+            l2cap.finishOpening(session, channel, services: services)
         }
         channels[session] = channel
     }
@@ -103,11 +92,11 @@ extension L2CAPComponent {
         } else if let replyTo {
             services.send(L2CAPChannelOpened(channel: info), id: opening.requestID, to: replyTo)
         }
-        attach(endpoint, to: session, services: services)
+        attachChannel(endpoint, to: session, services: services)
     }
 
     /// An open channel's sizes and drop counting, as an endpoint.
-    private func opened<S: DaemonServices>(_ session: Int, _ channel: OpenChannel, services: isolated S) -> L2CAPEndpoint {
+    private func opened<S: DaemonServices>(_ session: Int, _ channel: OpenChannel, services: isolated S) -> BluetoothStreamEndpoint {
         channel.sendMTU = (try? channel.socket.sendMTU()) ?? 23
         channel.receiveMTU = (try? channel.socket.receiveMTU()) ?? Int(Self.defaultReceiveMTU)
         do {
@@ -116,20 +105,10 @@ extension L2CAPComponent {
             services.logger.warning("l2cap: session \(session): cannot count dropped SDUs (\(error)); loss in the kernel would go unreported")
         }
         services.logger.info("l2cap: session \(session) open: \(channel.request.peer) PSM \(channel.request.psm), MTU send \(channel.sendMTU) receive \(channel.receiveMTU)")
-        return L2CAPEndpoint(
-            socket: channel.socket, session: session, sendMTU: channel.sendMTU, receiveMTU: channel.receiveMTU, logger: services.logger
+        return BluetoothStreamEndpoint(
+            l2cap: channel.socket, session: session, sendMTU: channel.sendMTU, receiveMTU: channel.receiveMTU, logger: services.logger
         ) { [unowned self] in
             if self.channels[session] === channel { self.channels[session] = nil }
-        }
-    }
-
-    /// Hands the open channel to the stream layer, which reads and writes it from now on.
-    private func attach<S: DaemonServices>(_ endpoint: L2CAPEndpoint, to session: Int, services: isolated S) {
-        do {
-            try services.component(StreamSessions.self)?.attach(endpoint, to: session, services: services)
-        } catch {
-            endpoint.close()
-            endChannel(session, reason: "cannot watch the channel's socket: \(error)", services: services)
         }
     }
 
@@ -228,10 +207,10 @@ extension L2CAPComponent {
     func listen<S: DaemonServices>(
         _ wanted: L2CAPPSM?, options: L2CAPOptions, coalesce: Duration, client: BluetoothClient, dynamic: Bool, services: isolated S
     ) throws(ProtocolError) -> UInt16 {
-        let listener: L2CAPSocket
+        let listener: BluetoothSocket
         let bound: L2CAPPSM
         do {
-            listener = try L2CAPSocket.listen(psm: wanted, options: options)
+            listener = try BluetoothSocket.listen(psm: wanted, options: options)
             bound = try listener.localPSM()
         } catch {
             throw protocolError(error, "cannot publish PSM \(wanted.map { "\($0.value)" } ?? "(dynamic)")")
@@ -282,9 +261,9 @@ extension L2CAPComponent {
     private func acceptChannels<S: DaemonServices>(_ psm: UInt16, services: isolated S) {
         guard let entry = published[psm], let streams = services.component(StreamSessions.self) else { return }
         while true {
-            let accepted: (socket: L2CAPSocket, peer: BluetoothDeviceAddress, type: BluetoothAddressType)?
+            let accepted: (socket: BluetoothSocket, peer: BluetoothDeviceAddress, type: BluetoothAddressType)?
             do {
-                accepted = try entry.listener.accept()
+                accepted = try entry.listener.acceptL2CAP()
             } catch {
                 services.logger.warning("l2cap: accept on PSM \(psm) failed: \(error)")
                 return
@@ -296,11 +275,10 @@ extension L2CAPComponent {
             request.coalesce = entry.coalesce
             let session: Int
             do {
-                session = try streams.open(
-                    holder: client.sessionHolder, name: "l2cap:\(accepted.peer)/\(psm)", transport: self, wakeMode: .bluetoothPeripheral,
-                    coalescing: entry.coalesce, services: services)
+                session = try openChannelSession(for: client, name: "l2cap:\(accepted.peer)/\(psm)", wakeMode: .bluetoothPeripheral,
+                                                 coalescing: entry.coalesce, services: services)
             } catch {
-                services.logger.error("l2cap: cannot create a session log for a channel from \(accepted.peer) on PSM \(psm): \(error); refused")
+                services.logger.error("l2cap: no session for a channel from \(accepted.peer) on PSM \(psm): \(error.message); refused")
                 accepted.socket.close()
                 continue
             }
@@ -309,7 +287,7 @@ extension L2CAPComponent {
             let endpoint = opened(session, channel, services: services)
             streams.record(services: services)
             deliver(L2CAPEventKind.incoming, info(session, channel).attributes, mode: .bluetoothPeripheral, to: client, services: services)
-            attach(endpoint, to: session, services: services)
+            attachChannel(endpoint, to: session, services: services)
         }
     }
 }

@@ -8,12 +8,12 @@ import VigilSystem
 /// L2CAP connection-oriented channels, both roles: requests, opening,
 /// published PSMs, reopening after link loss or a daemon restart. A channel
 /// is a stream session (`StreamSessions`): once open, its socket is handed
-/// to the stream layer as an `L2CAPEndpoint`, and its bytes reach the holder
+/// to the stream layer as a `BluetoothStreamEndpoint`, and its bytes reach the holder
 /// as `session.data` events (or frames for vigilctl), woken by
 /// `bluetooth-central` or `bluetooth-peripheral`; the app writes with
 /// `write` and closes with `closeSession`. The central's links are reached
 /// through `BluetoothLinks`.
-final class L2CAPComponent: StreamTransport, BluetoothLinkObserver {
+final class L2CAPComponent: BluetoothChannelTransport, BluetoothLinkObserver {
     let name = "l2cap"
     let transportName = "l2cap"
     let requestTypes: Set<String> = [
@@ -147,20 +147,9 @@ final class L2CAPComponent: StreamTransport, BluetoothLinkObserver {
         }
     }
 
-    /// A request's `coalesceMilliseconds` as a window (nil: the default).
-    /// Capped at a second: beyond that the wait only adds latency, as a
-    /// window's bytes go out anyway once they fill a quarter of the buffer.
-    func coalescing(_ milliseconds: Int?) throws(ProtocolError) -> Duration {
-        guard let milliseconds else { return Self.defaultCoalescing }
-        let range = L2CAPCoalescing.milliseconds
-        guard range.contains(milliseconds) else {
-            throw ProtocolError(.invalidArgument, "coalesceMilliseconds \(milliseconds) is outside \(range.lowerBound)-\(range.upperBound) (0: announce every read at once)")
-        }
-        return .milliseconds(milliseconds)
-    }
-
-    /// An L2CAP socket error as the protocol says it.
-    func protocolError(_ error: L2CAPError, _ doing: String) -> ProtocolError {
+    /// An L2CAP socket error as the protocol says it, with what the errno
+    /// means for a PSM (RFCOMM's say it for a channel: `RFCOMMComponent.protocolError`).
+    func protocolError(_ error: BluetoothSocketError, _ doing: String) -> ProtocolError {
         switch error {
         case .bluetoothUnavailable:
             return ProtocolError(.unavailable, "\(doing): \(error)")
@@ -168,31 +157,16 @@ final class L2CAPComponent: StreamTransport, BluetoothLinkObserver {
             return ProtocolError(.invalidArgument, "\(doing): \(error)")
         case .system:
             switch error.errno {
-            case .connectionRefused?: return ProtocolError(.notFound, "\(doing): \(error)")
-            case .addressInUse?: return ProtocolError(.invalidState, "\(doing): \(error)")
-            case .permissionDenied?: return ProtocolError(.notPermitted, "\(doing): \(error)")
-            case .socketNotConnected?, .noRouteToHost?, .hostIsDown?: return ProtocolError(.notConnected, "\(doing): \(error)")
+            case .connectionRefused?:
+                return ProtocolError(.notFound, "\(doing): \(error) (the device offers no channel on that PSM, or refused it)")
+            case .addressInUse?: return ProtocolError(.invalidState, "\(doing): \(error) (the PSM is already in use on this adapter)")
+            case .permissionDenied?:
+                return ProtocolError(.notPermitted, "\(doing): \(error) (fixed PSMs below 128 need CAP_NET_BIND_SERVICE, or the link's security was refused)")
+            case .socketNotConnected?:
+                return ProtocolError(.notConnected, "\(doing): \(error)")
+            case .noRouteToHost?, .hostIsDown?:
+                return ProtocolError(.notConnected, "\(doing): \(error) (no Bluetooth adapter is up for that address)")
             default: return ProtocolError(.deviceError, "\(doing): \(error)")
-            }
-        }
-    }
-
-    /// Delivers a `ble.l2cap.*` event: queued for an app (waking it by
-    /// `mode`), pushed to a control client.
-    func deliver<S: DaemonServices>(
-        _ kind: String, _ attributes: [String: JSONValue], mode: BackgroundMode, to client: BluetoothClient, services: isolated S
-    ) {
-        switch client {
-        case let .control(connectionID):
-            if let connection = services.connection(connectionID) {
-                services.send(BluetoothPush(kind: kind, attributes: attributes), to: connection)
-            }
-        case let .app(app):
-            let event = QueuedEvent(kind: kind, attributes: attributes, wakeMode: mode)
-            do {
-                try services.withEngine { engine, now throws(ProtocolError) in _ = try engine.deliver(event, to: app, now: now) }
-            } catch {
-                services.logger.warning("l2cap: '\(kind)' for \(app) not queued: \(error)", metadata: ["app": "\(app)"])
             }
         }
     }
@@ -238,7 +212,7 @@ struct ChannelRequest {
 
 /// A channel from its connect until the stream layer closes its socket.
 final class OpenChannel {
-    let socket: L2CAPSocket
+    let socket: BluetoothSocket
     let request: ChannelRequest
     let wakeMode: BackgroundMode
     /// The watch for the connect's end (the stream layer watches an open channel).
@@ -253,7 +227,7 @@ final class OpenChannel {
         var connectionID: Int?
     }
 
-    init(socket: L2CAPSocket, request: ChannelRequest, wakeMode: BackgroundMode, opening: Opening?) {
+    init(socket: BluetoothSocket, request: ChannelRequest, wakeMode: BackgroundMode, opening: Opening?) {
         self.socket = socket
         self.request = request
         self.wakeMode = wakeMode
@@ -264,7 +238,7 @@ final class OpenChannel {
 /// A PSM a client listens on.
 final class PublishedPSM {
     let client: BluetoothClient
-    let listener: L2CAPSocket
+    let listener: BluetoothSocket
     let options: L2CAPOptions
     /// The coalescing window of the channels it accepts (`ChannelRequest.coalesce`).
     var coalesce: Duration = L2CAPComponent.defaultCoalescing
@@ -273,7 +247,7 @@ final class PublishedPSM {
     let dynamic: Bool
     var watch: WatchID?
 
-    init(client: BluetoothClient, listener: L2CAPSocket, options: L2CAPOptions, dynamic: Bool) {
+    init(client: BluetoothClient, listener: BluetoothSocket, options: L2CAPOptions, dynamic: Bool) {
         self.client = client
         self.listener = listener
         self.options = options

@@ -20,21 +20,15 @@ extension RFCOMMComponent {
         guard let address = BluetoothDeviceAddress(peer) else {
             throw ProtocolError(.invalidArgument, "'\(peer)' is not a Bluetooth address")
         }
-        let socket: L2CAPSocket
+        let socket: BluetoothSocket
         do {
-            socket = try L2CAPSocket.connect(to: address, type: .bredr, psm: SDP.psm, from: adapter.flatMap(BluetoothDeviceAddress.init))
+            socket = try BluetoothSocket.connect(to: address, type: .bredr, psm: SDP.psm, from: adapter.flatMap(BluetoothDeviceAddress.init))
         } catch {
             throw protocolError(error, "cannot reach the SDP server of \(peer)")
         }
         let lookup = SDPLookup(socket: socket, uuid: uuid, wish: wish, opening: opening)
-        do {
-            lookup.watch = try services.loop.watch(
-                socket.fd, for: .writable, services.watchCallback(RFCOMMComponent.self) { rfcomm, _, services in
-                    rfcomm.lookupConnected(session, services: services)
-                })
-        } catch {
-            socket.close()
-            throw ProtocolError(.internalError, "cannot watch the SDP socket: \(error)")
+        lookup.watch = try watchConnect(socket, services: services) { rfcomm, services in
+            rfcomm.lookupConnected(session, services: services)
         }
         lookups[session] = lookup
         let token = ObjectIdentifier(lookup)
@@ -67,13 +61,13 @@ extension RFCOMMComponent {
     }
 
     /// Sends the next request; the error, if it could not.
-    private func send(_ lookup: SDPLookup, continuation: [UInt8]) -> L2CAPError? {
+    private func send(_ lookup: SDPLookup, continuation: [UInt8]) -> BluetoothSocketError? {
         lookup.transaction &+= 1
         let pdu = SDP.request(uuid: lookup.uuid, transaction: lookup.transaction, continuation: continuation)
         do {
             let sent = try pdu.withUnsafeBytes { bytes in try lookup.socket.send(bytes) }
             return sent == pdu.count ? nil : .invalidArgument("the SDP request did not fit the channel")
-        } catch let error as L2CAPError {
+        } catch let error as BluetoothSocketError {
             return error
         } catch {
             return .invalidArgument("\(error)")
@@ -84,10 +78,10 @@ extension RFCOMMComponent {
     private func lookupAnswered<S: DaemonServices>(_ session: Int, services: isolated S) {
         guard let lookup = lookups[session] else { return }
         var buffer = [UInt8](repeating: 0, count: 4096)
-        let outcome: L2CAPReceive
+        let outcome: BluetoothReceive
         do {
             outcome = try buffer.withUnsafeMutableBytes { bytes in try lookup.socket.receive(into: bytes) }
-        } catch let error as L2CAPError {
+        } catch let error as BluetoothSocketError {
             return failLookup(session, protocolError(error, "cannot read the SDP answer"), services: services)
         } catch {
             return failLookup(session, ProtocolError(.deviceError, "cannot read the SDP answer: \(error)"), services: services)
@@ -96,7 +90,7 @@ extension RFCOMMComponent {
         switch outcome {
         case .wouldBlock: return
         case .closed: return failLookup(session, ProtocolError(.notConnected, "the device closed its SDP channel before answering"), services: services)
-        case let .sdu(read, _, _): count = read
+        case let .data(read, _, _): count = read
         }
         do {
             let (part, continuation) = try SDP.response(Array(buffer[0..<count]), transaction: lookup.transaction)
@@ -149,7 +143,7 @@ extension RFCOMMComponent {
 
 /// An SDP request in flight for a channel asked for by UUID.
 final class SDPLookup {
-    let socket: L2CAPSocket
+    let socket: BluetoothSocket
     let uuid: [UInt8]
     let wish: (RFCOMMChannel) -> RFCOMMRequest
     let opening: RFCOMMConnection.Opening
@@ -158,7 +152,7 @@ final class SDPLookup {
     /// The attribute lists' parts so far (a long answer comes in several).
     var collected: [UInt8] = []
 
-    init(socket: L2CAPSocket, uuid: [UInt8], wish: @escaping (RFCOMMChannel) -> RFCOMMRequest, opening: RFCOMMConnection.Opening) {
+    init(socket: BluetoothSocket, uuid: [UInt8], wish: @escaping (RFCOMMChannel) -> RFCOMMRequest, opening: RFCOMMConnection.Opening) {
         self.socket = socket
         self.uuid = uuid
         self.wish = wish

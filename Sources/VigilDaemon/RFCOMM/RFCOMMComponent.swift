@@ -9,7 +9,7 @@ import VigilSystem
 /// to a server channel (or an SPP service's channel, found by SDP) on a
 /// BR/EDR device BlueZ knows. A channel is a stream session
 /// (`StreamSessions`): once open, its socket is handed to the stream layer
-/// as an `RFCOMMEndpoint`, and its bytes reach the holder as `session.data`
+/// as a `BluetoothStreamEndpoint`, and its bytes reach the holder as `session.data`
 /// events, woken by `bluetooth-central`; the app writes with `write` and
 /// closes with `closeSession`. The device is checked through the central's
 /// `BluetoothLinks.classicTarget`; the kernel makes the link itself.
@@ -20,10 +20,10 @@ import VigilSystem
 /// until it is open again (`bluetooth.rfcomm.reopened`) or its holder closes
 /// it. Unlike LE, no link is kept by BlueZ for a client, so there is no
 /// link event to wait for: a classic serial device is paged by connecting.
-final class RFCOMMComponent: StreamTransport {
+final class RFCOMMComponent: BluetoothChannelTransport, BluetoothLinkObserver {
     let name = "rfcomm"
     let transportName = "rfcomm"
-    let requestTypes: Set<String> = [OpenRFCOMMChannel.type]
+    let requestTypes: Set<String> = [OpenRFCOMMChannel.type, PublishRFCOMMService.type, UnpublishRFCOMMService.type]
 
     /// Opening or open channels, by session id.
     var channels: [Int: RFCOMMConnection] = [:]
@@ -31,6 +31,10 @@ final class RFCOMMComponent: StreamTransport {
     var waiting: [Int: (request: RFCOMMRequest, delay: Duration)] = [:]
     /// Channels asked for by service UUID whose number SDP has not told yet, by session id.
     var lookups: [Int: SDPLookup] = [:]
+    /// Published serial port services, by UUID (`RFCOMMComponent+Services.swift`).
+    var published: [String: PublishedSerialService] = [:]
+    /// What the state file said, by app: from the start until the services are published again.
+    var restoring: [String: SavedRFCOMM] = [:]
 
     static let firstRetryDelay: Duration = .seconds(1)
     static let maxRetryDelay: Duration = .seconds(30)
@@ -42,11 +46,24 @@ final class RFCOMMComponent: StreamTransport {
     ) throws(ProtocolError) {
         let id = message.id
         do throws(ProtocolError) {
-            guard message.type == OpenRFCOMMChannel.type else {
+            let client = BluetoothClient(requester)
+            switch message.type {
+            case OpenRFCOMMChannel.type:
+                let request: OpenRFCOMMChannel = try message.decode()
+                try open(request, client: client, opening: .init(requestID: id, connectionID: connection.id), services: services)
+            case PublishRFCOMMService.type:
+                let request: PublishRFCOMMService = try message.decode()
+                let reply = try publish(request, client: client, services: services)
+                saveIntent(of: client, services: services)  // in the state file before the app can tell a device
+                services.send(reply, id: id, to: connection)
+            case UnpublishRFCOMMService.type:
+                let request: UnpublishRFCOMMService = try message.decode()
+                try unpublish(request.uuid, client: client, services: services)
+                saveIntent(of: client, services: services)
+                services.send(Done(), id: id, to: connection)
+            default:
                 throw ProtocolError(.unknownMessage, "unknown message type '\(message.type)'")
             }
-            let request: OpenRFCOMMChannel = try message.decode()
-            try open(request, client: BluetoothClient(requester), opening: .init(requestID: id, connectionID: connection.id), services: services)
         } catch {
             throw ProtocolError(error.code, error.message, id: id)
         }
@@ -92,17 +109,9 @@ final class RFCOMMComponent: StreamTransport {
             RFCOMMRequest(client: client, peer: target.address, adapter: target.adapterAddress, channel: channel,
                           security: security, reopen: reopen, coalesce: coalesce)
         }
-        guard let streams = services.component(StreamSessions.self) else {
-            throw ProtocolError(.internalError, "no stream sessions in this daemon")
-        }
-        let session: Int
-        do {
-            session = try streams.open(
-                holder: client.sessionHolder, name: "rfcomm:\(target.address)/\(request.channel.map { "\($0)" } ?? request.uuid ?? "")",
-                transport: self, wakeMode: .bluetoothCentral, coalescing: coalesce, services: services)
-        } catch {
-            throw ProtocolError(.invalidState, "cannot create the channel's session log: \(error)")
-        }
+        let session = try openChannelSession(
+            for: client, name: "rfcomm:\(target.address)/\(request.channel.map { "\($0)" } ?? request.uuid ?? "")",
+            wakeMode: .bluetoothCentral, coalescing: coalesce, services: services)
         do throws(ProtocolError) {
             if let channel {
                 try connect(session, wish(channel), opening: opening, services: services)
@@ -111,7 +120,7 @@ final class RFCOMMComponent: StreamTransport {
                                 services: services)
             }
         } catch {
-            streams.forget(session)
+            services.component(StreamSessions.self)?.forget(session)
             throw error
         }
         let what = channel.map { "channel \($0)" } ?? "service \(request.uuid ?? "")"
@@ -137,21 +146,12 @@ final class RFCOMMComponent: StreamTransport {
         }
     }
 
-    func coalescing(_ milliseconds: Int?) throws(ProtocolError) -> Duration {
-        guard let milliseconds else { return .milliseconds(L2CAPCoalescing.defaultMilliseconds) }
-        let range = L2CAPCoalescing.milliseconds
-        guard range.contains(milliseconds) else {
-            throw ProtocolError(.invalidArgument, "coalesceMilliseconds \(milliseconds) is outside \(range.lowerBound)-\(range.upperBound) (0: announce every read at once)")
-        }
-        return .milliseconds(milliseconds)
-    }
-
-    private func connectSocket(_ wish: RFCOMMRequest) throws(ProtocolError) -> RFCOMMSocket {
+    private func connectSocket(_ wish: RFCOMMRequest) throws(ProtocolError) -> BluetoothSocket {
         guard let address = BluetoothDeviceAddress(wish.peer) else {
             throw ProtocolError(.invalidArgument, "'\(wish.peer)' is not a Bluetooth address")
         }
         do {
-            return try RFCOMMSocket.connect(to: address, channel: wish.channel, from: wish.adapter.flatMap(BluetoothDeviceAddress.init),
+            return try BluetoothSocket.connect(to: address, channel: wish.channel, from: wish.adapter.flatMap(BluetoothDeviceAddress.init),
                                             security: wish.security)
         } catch {
             throw protocolError(error, "cannot open RFCOMM channel \(wish.channel) on \(wish.peer)")
@@ -159,8 +159,8 @@ final class RFCOMMComponent: StreamTransport {
     }
 
     /// A socket error as the protocol says it (the system's words, without
-    /// `L2CAPError`'s hints, which are about PSMs).
-    func protocolError(_ error: L2CAPError, _ doing: String) -> ProtocolError {
+    /// `BluetoothSocketError`'s hints, which are about PSMs).
+    func protocolError(_ error: BluetoothSocketError, _ doing: String) -> ProtocolError {
         guard case let .system(system) = error else {
             let code: ProtocolError.Code = if case .bluetoothUnavailable = error { .unavailable } else { .invalidArgument }
             return ProtocolError(code, "\(doing): \(error)")
@@ -168,7 +168,10 @@ final class RFCOMMComponent: StreamTransport {
         switch system.errno {
         case .connectionRefused: return ProtocolError(.notFound, "\(doing): nothing listens on that channel (\(system))")
         case .permissionDenied:
-            return ProtocolError(.notPermitted, "\(doing): the link's security was refused (the device is not paired, or the pairing failed)")
+            // The kernel asks for a link key on every RFCOMM channel to an SSP
+            // device, and vigild's agent answers only pairings a client asked
+            // for: an unpaired device is paired first, by the client.
+            return ProtocolError(.notPermitted, "\(doing): the link's security was refused: the device is not paired (or the pairing failed); pair it first (ble.pair: central.pair(address) in VigilKit and Python, vigilctl ble pair ADDRESS), then open the channel")
         case .hostIsDown, .noRouteToHost, .timedOut, .socketNotConnected:
             return ProtocolError(.notConnected, "\(doing): the device did not answer (\(system))")
         default: return ProtocolError(.deviceError, "\(doing): \(system)")
@@ -179,15 +182,9 @@ final class RFCOMMComponent: StreamTransport {
 
     /// Waits (on the loop) for the connect to finish: `.writable` or an error.
     private func startOpening<S: DaemonServices>(_ session: Int, _ connection: RFCOMMConnection, services: isolated S) throws(ProtocolError) {
-        do {
-            connection.watch = try services.loop.watch(
-                connection.socket.fd, for: .writable, services.watchCallback(RFCOMMComponent.self) { rfcomm, _, services in
-                    guard let connection = rfcomm.channels[session], connection.opening != nil else { return }
-                    rfcomm.finishOpening(session, connection, services: services)
-                })
-        } catch {
-            connection.socket.close()
-            throw ProtocolError(.internalError, "cannot watch the channel's socket: \(error)")
+        connection.watch = try watchConnect(connection.socket, services: services) { rfcomm, services in
+            guard let connection = rfcomm.channels[session], connection.opening != nil else { return }
+            rfcomm.finishOpening(session, connection, services: services)
         }
         channels[session] = connection
     }
@@ -213,43 +210,18 @@ final class RFCOMMComponent: StreamTransport {
             return failOpening(session, opening: opening, error, services: services)
         }
         services.logger.info("rfcomm: session \(session) open: \(request.peer) channel \(request.channel)")
-        let endpoint = RFCOMMEndpoint(socket: connection.socket) { [unowned self] in
+        let endpoint = BluetoothStreamEndpoint(stream: connection.socket, session: session, logger: services.logger) { [unowned self] in
             if self.channels[session] === connection { self.channels[session] = nil }
         }
         streams.record(services: services)
         let info = RFCOMMChannelInfo(session: session, peer: request.peer, channel: Int(request.channel.value))
         if opening.connectionID == nil {
             services.logger.info("rfcomm: session \(session) reopened: \(request.peer) channel \(request.channel)")
-            deliver(RFCOMMEventKind.reopened, info.attributes, to: request.client, services: services)
+            deliver(RFCOMMEventKind.reopened, info.attributes, mode: .bluetoothCentral, to: request.client, services: services)
         } else if let replyTo {
             services.send(RFCOMMChannelOpened(channel: info), id: opening.requestID, to: replyTo)
         }
-        do {
-            try streams.attach(endpoint, to: session, services: services)
-        } catch {
-            endpoint.close()
-            endChannel(session, reason: "cannot watch the channel's socket: \(error)", services: services)
-        }
-    }
-
-    /// Delivers a `bluetooth.rfcomm.*` event: queued for an app (waking it
-    /// as a central), pushed to a control client.
-    private func deliver<S: DaemonServices>(
-        _ kind: String, _ attributes: [String: JSONValue], to client: BluetoothClient, services: isolated S
-    ) {
-        switch client {
-        case let .control(connectionID):
-            if let connection = services.connection(connectionID) {
-                services.send(BluetoothPush(kind: kind, attributes: attributes), to: connection)
-            }
-        case let .app(app):
-            let event = QueuedEvent(kind: kind, attributes: attributes, wakeMode: .bluetoothCentral)
-            do {
-                try services.withEngine { engine, now throws(ProtocolError) in _ = try engine.deliver(event, to: app, now: now) }
-            } catch {
-                services.logger.warning("rfcomm: '\(kind)' for \(app) not queued: \(error)", metadata: ["app": "\(app)"])
-            }
-        }
+        attachChannel(endpoint, to: session, services: services)
     }
 
     // MARK: The end of a channel
@@ -328,6 +300,8 @@ final class RFCOMMComponent: StreamTransport {
     /// daemon recorded come back only to deliver what their logs kept, then
     /// end, their holders told why.
     func start<S: DaemonServices>(restoring saved: DaemonSnapshot, services: isolated S) throws {
+        restoring = services.config.bluetooth ? saved.bluetooth?.rfcomm ?? [:] : [:]
+        republish(services: services)
         guard let streams = services.component(StreamSessions.self) else { return }
         let records = streams.takeSaved(transport: transportName)
         for record in records where streams.restore(record, transport: self, wakeMode: .bluetoothCentral, coalescing: nil, services: services) {
@@ -350,7 +324,7 @@ struct RFCOMMRequest {
 
 /// A channel from its connect until the stream layer closes its socket.
 final class RFCOMMConnection {
-    let socket: RFCOMMSocket
+    let socket: BluetoothSocket
     let request: RFCOMMRequest
     /// The watch for the connect's end (the stream layer watches an open channel).
     var watch: WatchID?
@@ -364,7 +338,7 @@ final class RFCOMMConnection {
         var retryDelay: Duration = RFCOMMComponent.firstRetryDelay
     }
 
-    init(socket: RFCOMMSocket, request: RFCOMMRequest, opening: Opening?) {
+    init(socket: BluetoothSocket, request: RFCOMMRequest, opening: Opening?) {
         self.socket = socket
         self.request = request
         self.opening = opening

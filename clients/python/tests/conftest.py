@@ -2,15 +2,19 @@
 
 import json
 import os
+import socket
 import sys
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 import pytest
 
-from vigil.testing import VigilDaemon
+import vigil
+from vigil.testing import BluetoothMock, VigilDaemon
 
 APPS = Path(__file__).parent / "apps"
+HRM = "AA:BB:CC:DD:EE:01"  # the BlueZ mock's heart rate monitor (an LE device, random address)
 
 
 class Recorder:
@@ -41,3 +45,24 @@ def recorder(vigild: VigilDaemon, tmp_path: Path) -> Callable[..., Recorder]:
                                     sys.executable, str(APPS / "recorder.py"), *arguments], **manifest)
         return Recorder(vigild, app_id, path)
     return install
+
+
+def kernel_has_bluetooth(kind: int, proto: int) -> bool:
+    """Whether this kernel offers Bluetooth sockets of `kind` and `proto`
+    (without them vigild answers `unavailable`)."""
+    try:
+        socket.socket(socket.AF_BLUETOOTH, kind, proto).close()
+        return True
+    except (OSError, AttributeError):
+        return False
+
+
+@asynccontextmanager
+async def powered_central(bluez_mock: BluetoothMock, vigild: VigilDaemon) -> AsyncIterator[tuple[vigil.Control, Any]]:
+    """A control client and its central, the BlueZ mock's heart rate monitor
+    (HRM) known and the adapter powered."""
+    bluez_mock.add_heart_rate_monitor(HRM)
+    async with vigil.Control(vigild.socket) as control:
+        central = await control.central()
+        await central.wait_powered_on(20)
+        yield control, central

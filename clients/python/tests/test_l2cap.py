@@ -9,22 +9,11 @@ import pytest
 import vigil
 from vigil.testing import BluetoothMock, VigilDaemon
 
-HRM = "AA:BB:CC:DD:EE:01"
-
-
-def kernel_has_bluetooth() -> bool:
-    try:
-        socket.socket(socket.AF_BLUETOOTH, socket.SOCK_SEQPACKET, socket.BTPROTO_L2CAP).close()
-        return True
-    except (OSError, AttributeError):
-        return False
+from conftest import HRM, kernel_has_bluetooth, powered_central
 
 
 async def test_refusals_name_the_problem(bluez_mock: BluetoothMock, vigild: VigilDaemon) -> None:
-    bluez_mock.add_heart_rate_monitor(HRM)
-    async with vigil.Control(vigild.socket) as control:
-        central = await control.central()
-        await central.wait_powered_on(20)
+    async with powered_central(bluez_mock, vigild) as (control, central):
         with pytest.raises(vigil.VigilError) as error:
             await control.open_l2cap_channel(HRM, 0)
         assert error.value.code == "invalidArgument" and "LE PSM" in error.value.message
@@ -37,7 +26,7 @@ async def test_refusals_name_the_problem(bluez_mock: BluetoothMock, vigild: Vigi
         with pytest.raises(vigil.VigilError) as error:
             await control.unpublish_l2cap_channel(0x80)
         assert error.value.code == "notFound"
-        if kernel_has_bluetooth():
+        if kernel_has_bluetooth(socket.SOCK_SEQPACKET, socket.BTPROTO_L2CAP):
             return
         async with central.connect(HRM, timeout=20):
             with pytest.raises(vigil.VigilError) as error:

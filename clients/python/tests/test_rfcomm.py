@@ -2,6 +2,7 @@
 show without Bluetooth in its kernel (the lab tier, Tests/Lab/65-vigild-rfcomm.py,
 opens real channels)."""
 
+import asyncio
 import socket
 
 import pytest
@@ -9,22 +10,11 @@ import pytest
 import vigil
 from vigil.testing import BluetoothMock, VigilDaemon
 
-HRM = "AA:BB:CC:DD:EE:01"  # an LE device (random address)
-
-
-def kernel_has_bluetooth() -> bool:
-    try:
-        socket.socket(socket.AF_BLUETOOTH, socket.SOCK_STREAM, socket.BTPROTO_RFCOMM).close()
-        return True
-    except (OSError, AttributeError):
-        return False
+from conftest import HRM, kernel_has_bluetooth, powered_central
 
 
 async def test_refusals_name_the_problem(bluez_mock: BluetoothMock, vigild: VigilDaemon) -> None:
-    bluez_mock.add_heart_rate_monitor(HRM)
-    async with vigil.Control(vigild.socket) as control:
-        central = await control.central()
-        await central.wait_powered_on(20)
+    async with powered_central(bluez_mock, vigild) as (control, central):
         with pytest.raises(vigil.VigilError) as error:
             await control.open_rfcomm_channel(HRM, 31)
         assert error.value.code == "invalidArgument" and "1-30" in error.value.message
@@ -40,3 +30,38 @@ async def test_refusals_name_the_problem(bluez_mock: BluetoothMock, vigild: Vigi
         with pytest.raises(vigil.VigilError) as error:
             await control.open_rfcomm_channel("00:AA:BB:CC:DD:EE", uuid="0x1101", reopen=True)
         assert error.value.code == "notFound" and "pair it first" in error.value.message
+
+
+async def test_a_published_service_gets_the_devices_that_connect(bluez_mock: BluetoothMock, vigild: VigilDaemon) -> None:
+    import dbus
+
+    spp = bluez_mock.control.AddLEDevice("hci0", "00:AA:01:00:00:23", "Vigil SPP",
+                                         dbus.Dictionary({"AddressType": dbus.String("public")}, signature="sv"))
+    async with powered_central(bluez_mock, vigild) as (control, _central):
+        uuid = await control.publish_rfcomm_service(channel=2, name="Test port")
+        assert uuid == "00001101-0000-1000-8000-00805f9b34fb"
+        # The reply comes at once; vigild registers the profile with bluetoothd next.
+        for _ in range(400):
+            if any(str(u) == uuid for _o, _p, u, _opts in bluez_mock.control.Profiles()):
+                break
+            await asyncio.sleep(0.05)
+        ours, theirs = socket.socketpair()
+        with ours:
+            await asyncio.to_thread(bluez_mock.control.ConnectProfile, spp, uuid, dbus.types.UnixFd(theirs.fileno()))
+            theirs.close()
+            ours.sendall(b"hello from the device")
+            channel = await control.next_rfcomm_channel(timeout=20)
+            assert channel is not None and control.rfcomm_channel(channel.id) is channel
+            assert (channel.peer, channel.channel) == ("00:AA:01:00:00:23", 2)
+            received = b""
+            async for chunk in channel:
+                received += chunk
+                if len(received) >= 21:
+                    break
+            assert received == b"hello from the device"
+            await channel.write(b"ATZ\r")
+            assert await asyncio.to_thread(ours.recv, 16) == b"ATZ\r"
+        await control.unpublish_rfcomm_service("0x1101")
+        with pytest.raises(vigil.VigilError) as error:
+            await control.unpublish_rfcomm_service("0x1101")
+        assert error.value.code == "notFound"

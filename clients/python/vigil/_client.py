@@ -8,6 +8,7 @@ from typing import Any
 
 from ._connection import DEFAULT_TIMEOUT, Connection
 from ._frames import ConnectionClosed, Message, VigilError, socket_path
+from ._gatt import normalize_uuid
 from ._ledger import Token
 from .accessories import Accessory, AccessorySession
 from .ble import Central, PeripheralManager
@@ -28,6 +29,8 @@ class Client:
         self._sessions: dict[int, AccessorySession] = {}
         #: PSMs published through `publish_l2cap_channel`: their incoming channels become `L2CAPChannel`s.
         self._l2cap_psms: set[int] = set()
+        #: Services published through `publish_rfcomm_service` (128-bit UUIDs): their incoming channels become `RFCOMMChannel`s.
+        self._rfcomm_services: set[str] = set()
         self._central: Central | None = None
         self._peripheral: PeripheralManager | None = None
 
@@ -121,14 +124,16 @@ class Client:
         await self.request("ble.unpublishL2CAPChannel", psm=int(psm))
         self._l2cap_psms.discard(int(psm))
 
-    def _adopt_incoming_channel(self, attributes: Mapping[str, Any]) -> L2CAPChannel:
-        """A `ble.l2cap.incoming` event's channel, registered before its data is routed
-        (for PSMs published with `publish_l2cap_channel`; raw requests get raw events)."""
+    def _adopt_incoming_channel(self, attributes: Mapping[str, Any], kind: type[L2CAPChannel] | type[RFCOMMChannel] = L2CAPChannel
+                                ) -> L2CAPChannel | RFCOMMChannel:
+        """An incoming channel's event's channel (`ble.l2cap.incoming`,
+        `bluetooth.rfcomm.incoming`), registered before its data is routed (for
+        PSMs and services published through this client; raw requests get raw events)."""
         session_id = int(attributes["session"])
         existing = self._sessions.get(session_id)
-        if isinstance(existing, L2CAPChannel):
+        if isinstance(existing, kind):
             return existing
-        channel = L2CAPChannel(self, attributes)
+        channel = kind(self, attributes)
         self._sessions[session_id] = channel
         return channel
 
@@ -173,6 +178,40 @@ class Client:
 
         await self.connection.request("bluetooth.openRFCOMMChannel", on_reply=register, timeout=None, **members)
         return opened[0]
+
+    async def publish_rfcomm_service(self, uuid: str | None = None, *, channel: int | None = None, name: str | None = None,
+                                     require_authentication: bool | None = None, coalesce_ms: int | None = None) -> str:
+        """Publishes a serial port service (SPP server role; `uuid` default 0x1101):
+        bluetoothd adds its SDP record and listens on `channel` (None: one it picks).
+        Each device that connects arrives as a `bluetooth.rfcomm.incoming` event;
+        `rfcomm_channel(event)` is its channel. Returns the UUID as registered (128-bit).
+        An app needs the `bluetooth-peripheral` background mode (it is woken or
+        relaunched by the event)."""
+        members: dict[str, Any] = {}
+        if uuid is not None:
+            members["uuid"] = str(uuid)
+        if channel is not None:
+            members["channel"] = int(channel)
+        if name is not None:
+            members["name"] = str(name)
+        if require_authentication is not None:
+            members["requireAuthentication"] = bool(require_authentication)
+        if coalesce_ms is not None:
+            members["coalesceMilliseconds"] = int(coalesce_ms)
+        published = str((await self.request("bluetooth.publishRFCOMMService", **members))["uuid"])
+        self._rfcomm_services.add(published)
+        return published
+
+    async def unpublish_rfcomm_service(self, uuid: str) -> None:
+        await self.request("bluetooth.unpublishRFCOMMService", uuid=str(uuid))
+        self._rfcomm_services.discard(normalize_uuid(str(uuid)))
+
+    def rfcomm_channel(self, event: Any) -> RFCOMMChannel | None:
+        """The channel a `bluetooth.rfcomm.incoming` or `.reopened` event (or a session id) names."""
+        attributes = getattr(event, "attributes", None)
+        session_id = attributes.get("session") if isinstance(attributes, Mapping) else event
+        channel = self._sessions.get(session_id) if isinstance(session_id, int) else None
+        return channel if isinstance(channel, RFCOMMChannel) else None
 
     # -- Bluetooth
 

@@ -18,6 +18,8 @@ from ._mailbox import Mailbox
 from ._payloads import NotificationValue, SessionLogs, notification_values
 from .accessories import Accessory, session_item
 from .l2cap import INCOMING as L2CAP_INCOMING
+from .rfcomm import INCOMING as RFCOMM_INCOMING
+from .rfcomm import RFCOMMChannel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -293,6 +295,8 @@ class App(Client):
                 return
         if kind == L2CAP_INCOMING and isinstance(session_id, int) and attributes.get("psm") in self._l2cap_psms:
             self._adopt_incoming_channel(attributes)  # then to the app, as any event
+        if kind == RFCOMM_INCOMING and isinstance(session_id, int) and attributes.get("uuid") in self._rfcomm_services:
+            self._adopt_incoming_channel(attributes, RFCOMMChannel)
         if kind.startswith("ble.") and not kind.startswith("ble.l2cap.") and self._bluetooth_target(kind) is not None:
             self._route_bluetooth(kind, attributes, payload, self._ledger.received(seq, "bluetooth"))
             return

@@ -13,6 +13,8 @@ from ._frames import CLIENT_NAME, SYSTEM_SOCKET, ConnectionClosed, Message
 from ._mailbox import Mailbox
 from .accessories import Accessory, AccessoryChange, Closed, Data, Lines
 from .records import AppInfo, Decision, DeviceChange
+from .rfcomm import INCOMING as RFCOMM_INCOMING
+from .rfcomm import RFCOMMChannel
 
 JSON = dict[str, Any]
 
@@ -35,6 +37,8 @@ class Control(Client):
         super().__init__(socket, timeout=timeout)
         self._changes: Mailbox[AccessoryChange] | None = None
         self._decisions: Mailbox[JSON] | None = None
+        #: Channels devices opened to services published through `publish_rfcomm_service`.
+        self._incoming_rfcomm: Mailbox[RFCOMMChannel] = Mailbox()
         # docs/protocol.md, "Transport": with neither a path nor $VIGIL_SOCKET, a control
         # client falls back to the system daemon when nothing listens at the per-user path.
         self._fallback = None if socket or os.environ.get("VIGIL_SOCKET") or self.socket_path == SYSTEM_SOCKET \
@@ -82,12 +86,24 @@ class Control(Client):
         if kind == "accessoryEvent" and self._changes is not None:
             self._changes.put(AccessoryChange(str(message["change"]), Accessory.from_json(message["accessory"])))
             return True
+        if kind == "blePush" and message["kind"] == RFCOMM_INCOMING \
+                and (message.get("attributes") or {}).get("uuid") in self._rfcomm_services:
+            channel = self._adopt_incoming_channel(message["attributes"], RFCOMMChannel)
+            assert isinstance(channel, RFCOMMChannel)
+            self._incoming_rfcomm.put(channel)
+            return True
         if kind == "blePush":
             return self._route_bluetooth(str(message["kind"]), message.get("attributes") or {}, message.body, None)
         return False
 
+    async def next_rfcomm_channel(self, timeout: float | None = None) -> RFCOMMChannel | None:
+        """The next channel a device opened to a service this client published
+        (`publish_rfcomm_service`); None after `timeout` seconds."""
+        return await self._incoming_rfcomm.get(timeout=timeout)
+
     def _ended(self, reason: str) -> None:
         super()._ended(reason)
+        self._incoming_rfcomm.close()
         if self._changes is not None:
             self._changes.close()
         if self._decisions is not None:

@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 
 #: A channel opened with `reopen` is open again after it closed (same session).
 REOPENED = "bluetooth.rfcomm.reopened"
+#: A device connected to a service published with `publish_rfcomm_service` (a new session).
+INCOMING = "bluetooth.rfcomm.incoming"
+#: A published service bluetoothd would not take (back), with `uuid` and `reason`.
+UNPUBLISHED = "bluetooth.rfcomm.unpublished"
 
 
 class RFCOMMChannel(AccessorySession):
