@@ -58,19 +58,21 @@ class SPPPeer:
         self.ok = True
         self.sent = 0
         self.device = None
+        self.transport = None
 
     def on_data(self, data: bytes) -> None:
         expected = (outbound if self.a.echo else inbound)(self.received, len(data))
         if data != expected and self.ok:
             first = next(i for i in range(len(data)) if data[i] != expected[i])
             self.ok = False
-            self.ev.emit("mismatch", at=self.received + first, got=data[first], expected=expected[first])
+            self.ev.emit("mismatch", at=self.received + first, got=data[first], expected=expected[first],
+                         hci_drops=_peerlib.transport_drops(self.transport))
         before = self.received
         self.received += len(data)
         if self.received // 65536 != before // 65536:
             self.ev.emit("received", bytes=self.received, ok=self.ok)
         if self.a.expect and before < self.a.expect <= self.received:
-            self.ev.emit("received-all", bytes=self.received, ok=self.ok)
+            self.ev.emit("received-all", bytes=self.received, ok=self.ok, hci_drops=_peerlib.transport_drops(self.transport))
 
     def adopt(self, dlc) -> None:
         self.dlc = dlc
@@ -144,7 +146,7 @@ class SPPPeer:
 
     async def run(self) -> None:
         a = self.a
-        transport = await _peerlib.open_transport_retry(a.transport)
+        transport = self.transport = await _peerlib.open_transport_retry(a.transport)
         async with transport:
             device = self.device = Device.with_hci(a.name, hci.Address("C0:DE:00:00:00:65"), transport.source, transport.sink)
             device.classic_enabled = True

@@ -21,6 +21,8 @@ import errno
 import json
 import os
 import signal
+import socket
+import struct
 import sys
 import time
 from typing import Any, Awaitable, Callable
@@ -55,6 +57,40 @@ def mark_ready(path: str | None) -> None:
         os.replace(tmp, path)
 
 
+# An HCI user channel has no controller-to-host flow control: btvirt writes
+# every packet into the socket, and when the peer's Python is slow (TCG, a GC)
+# a burst overflows the default receive buffer (~208 KiB of skb truesize, about
+# 64 KiB of ACL fragments), the kernel drops a fragment silently and Bumble's
+# L2CAP reassembly drops the whole PDU: lab 65 lost one 2000-byte RFCOMM frame
+# that way, twice. 16 MiB holds any burst a lab test sends.
+RECEIVE_BUFFER = 16 << 20
+SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
+SO_MEMINFO = 55  # <asm-generic/socket.h>; SK_MEMINFO_DROPS is its ninth u32
+
+
+def grow_receive_buffer(transport) -> None:
+    """Sets an HCI socket transport's receive buffer to RECEIVE_BUFFER (root:
+    past net.core.rmem_max); other transports are left as they are."""
+    sock = getattr(transport, "socket", None)
+    if not isinstance(sock, socket.socket):
+        return
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RECEIVE_BUFFER)
+    except OSError:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+
+
+def transport_drops(transport) -> int | None:
+    """Packets the kernel dropped at the HCI socket's receive queue (SO_MEMINFO), or None."""
+    sock = getattr(transport, "socket", None)
+    if not isinstance(sock, socket.socket):
+        return None
+    try:
+        return struct.unpack("9I", sock.getsockopt(socket.SOL_SOCKET, SO_MEMINFO, 36))[8]
+    except (OSError, struct.error):
+        return None
+
+
 async def open_transport_retry(spec: str, timeout: float = 30.0):
     """Open a Bumble transport; retry while the controller is busy.
 
@@ -67,7 +103,9 @@ async def open_transport_retry(spec: str, timeout: float = 30.0):
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return await open_transport(spec)
+            transport = await open_transport(spec)
+            grow_receive_buffer(transport)
+            return transport
         except OSError as exc:
             if exc.errno not in (errno.EBUSY, errno.ENODEV, errno.EAGAIN) or time.monotonic() > deadline:
                 raise OSError(exc.errno, f"cannot open transport {spec}: {exc.strerror}"
