@@ -526,12 +526,13 @@ CONTROL_RANGE_CASES = [
 ]
 APP_RANGE_CASES = CONTROL_RANGE_CASES[1:] + [
     ("endBackgroundTask", "task", '{"type":"endBackgroundTask","id":@ID@,"task":@VALUE@}'),
+    ("finishedProcessing", "ack", '{"type":"finishedProcessing","id":@ID@,"ack":@VALUE@}'),
 ]
 OUT_OF_RANGE = ["-1", "9223372036854775808", "-9223372036854775808", "-9223372036854775809",
                 "18446744073709551616", "1.5", "1e300", "1e400", "true", '"7"', "null"]
 # null is "absent" for an optional member (a valid request, not sent here); for a required one, invalidArgument.
 OPTIONAL_MEMBERS = {("log", "limit"), ("ble.startAdvertising", "advertisement.appearance"), ("ble.read", "instance"),
-                    ("ble.write", "instance"), ("ble.notify", "instance")}
+                    ("ble.write", "instance"), ("ble.notify", "instance"), ("finishedProcessing", "ack")}
 
 
 def range_values(type_name, field):
