@@ -38,7 +38,7 @@ struct DemoHandler {
         let task = await beginTaskIfAsked()
         if let seconds = configuration.workSeconds { try? await Task.sleep(for: .seconds(seconds)) }
         // With nothing between them, the ack rides in `finishedProcessing`.
-        let acknowledgesInFinish = task == nil && !configuration.noFinish
+        let acknowledgesInFinish = task == nil && !configuration.noFinish && !configuration.acknowledgesSeparately
         if !acknowledgesInFinish { app.acknowledge(event) }
         if let task, !configuration.taskForever, let seconds = configuration.taskSeconds {
             try? await Task.sleep(until: work + .seconds(seconds))
