@@ -125,8 +125,23 @@ extension DaemonCore {
             send(Done(), id: message.id, to: connection)
             try withEngine { engine, now throws(ProtocolError) in try engine.endBackgroundTask(app, task: request.task, now: now) }
         case FinishedProcessing.type:
-            send(Done(), id: message.id, to: connection)
-            withEngine { engine, now in engine.finishedProcessing(app, now: now) }
+            let finished: FinishedProcessing = try message.decode()
+            guard let seq = finished.ack else {
+                send(Done(), id: message.id, to: connection)
+                withEngine { engine, now in engine.finishedProcessing(app, now: now) }
+                return
+            }
+            // `ack` then `finishedProcessing` in one engine call: one journal
+            // commit, one timer rearm, one loop turn. The order is the two
+            // frames': what the ack lets go out, then the reply, then the finish.
+            componentsWillAcknowledge(seq, by: app)
+            withEngine { engine, now in
+                engine.finishedProcessing(app, acknowledgingUpTo: seq, now: now) {
+                    componentsDidAcknowledge(by: app)
+                    send(Done(), id: message.id, to: connection)
+                }
+            }
+            metrics?.acknowledged(by: app, now: now)
         case QueryBackgroundTime.type:
             let seconds = withEngine { engine, now in engine.backgroundTimeRemaining(app, now: now) }
             send(BackgroundTimeRemaining(seconds: seconds), id: message.id, to: connection)

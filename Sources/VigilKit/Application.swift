@@ -142,6 +142,13 @@ public final class Application: Sendable {
         _ = try? await session.request(FinishedProcessing(), expecting: Done.self)
     }
 
+    /// `acknowledge(event)` and then `finishedProcessing()`, in one message:
+    /// the daemon handles both in one pass (one wake-up of vigild fewer per wake).
+    public func finishedProcessing(acknowledging event: AppEvent) async {
+        let ack = session.router.takeAcknowledgement(upTo: event.seq)
+        _ = try? await session.request(FinishedProcessing(ack: ack), expecting: Done.self)
+    }
+
     /// Closes the connection for good: nothing reconnects, requests still waiting
     /// fail with `disconnected`, and `events` finishes.
     public func disconnect() {

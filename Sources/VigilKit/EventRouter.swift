@@ -315,6 +315,13 @@ final class EventRouter: Sendable {
         })
     }
 
+    /// `Application.finishedProcessing(acknowledging:)`: as `acknowledgeEvents`,
+    /// but the `ack` to send, if any, is returned for the caller to carry in
+    /// its `finishedProcessing` instead of going out on its own.
+    func takeAcknowledgement(upTo seq: UInt64) -> UInt64? {
+        state.withLock { $0.ledger.finish(.events, upTo: seq) }
+    }
+
     /// `Application.acknowledge`: the app's own stream, cumulative as before.
     func acknowledgeEvents(upTo seq: UInt64) {
         acknowledge(state.withLock { $0.ledger.finish(.events, upTo: seq) })

@@ -21,7 +21,9 @@ package enum HotFrames {
             return out.finish(type: Acknowledge.type)
         }
         if M.self == FinishedProcessing.self {
+            let finished = unsafeBitCast(message, to: FinishedProcessing.self)
             var out = HeaderWriter(id: id)
+            if let ack = finished.ack { out.integer("ack", ack) }  // nil: left out, as JSONEncoder does
             return out.finish(type: FinishedProcessing.type)
         }
         if M.self == Done.self {
@@ -65,7 +67,9 @@ package enum HotFrames {
                 attributes: try message.requireObject("attributes"), redelivered: try message.require("redelivered"))
             return unsafeBitCast(event, to: M.self)
         }
-        if M.self == FinishedProcessing.self { return unsafeBitCast(FinishedProcessing(), to: M.self) }
+        if M.self == FinishedProcessing.self {
+            return unsafeBitCast(FinishedProcessing(ack: try message.optional("ack", UInt64.self)), to: M.self)
+        }
         if M.self == Done.self { return unsafeBitCast(Done(), to: M.self) }
         if M.self == DeadlineChanged.self {
             return unsafeBitCast(DeadlineChanged(deadline: try message.optional("deadline", UInt64.self)), to: M.self)

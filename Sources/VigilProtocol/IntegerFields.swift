@@ -45,6 +45,7 @@ extension IntegerField {
         Hello.type: [IntegerField("versions.*", 0...Int128(Int32.max))],
         EndBackgroundTask.type: [IntegerField("task", positive)],
         Acknowledge.type: [IntegerField("seq", uint64)],
+        FinishedProcessing.type: [IntegerField("ack", uint64)],
         LogRequest.type: [IntegerField("limit", nonNegative)],
         OpenSession.type: [IntegerField("connectionID", positive)],
         WriteToSession.type: [IntegerField("session", positive)],

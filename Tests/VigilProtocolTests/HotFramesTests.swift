@@ -14,7 +14,7 @@ struct HotFramesTests {
         for _ in 0..<250 {
             let id: Int? = random.chance(0.4) ? nil : random.id()
             try same(Acknowledge(seq: random.uint64()), id: id)
-            try same(FinishedProcessing(), id: id)
+            try same(FinishedProcessing(ack: random.chance(0.5) ? nil : random.uint64()), id: id)
             try same(Done(), id: id)
             try same(EventAccepted(seq: random.uint64(), disposition: random.string()), id: id)
             try same(DeadlineChanged(deadline: random.chance(0.3) ? nil : random.uint64()), id: id)

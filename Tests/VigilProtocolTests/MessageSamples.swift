@@ -44,6 +44,7 @@ enum MessageSamples {
         BackgroundTaskGranted(task: 0),
         EndBackgroundTask(task: 3),
         FinishedProcessing(),
+        FinishedProcessing(ack: 42),
         ScheduleRefresh(interval: 900, earliestBegin: 30.5),
         ScheduleRefresh(interval: 3600),
         RefreshScheduled(next: 30.5, interval: 900),

@@ -27,6 +27,10 @@ struct RequestValidationTests {
     static let cases: [Case] = [
         Case(type: "log", field: "limit", template: #"{"type":"log","id":4,"limit":VALUE}"#) { try $0.checkIntegerFields(); _ = try $0.decode(LogRequest.self) },
         Case(type: "ack", field: "seq", template: #"{"type":"ack","seq":VALUE}"#) { try $0.checkIntegerFields(); _ = try $0.decode(Acknowledge.self) },
+        Case(type: "finishedProcessing", field: "ack", template: #"{"type":"finishedProcessing","id":4,"ack":VALUE}"#) {
+            try $0.checkIntegerFields()
+            _ = try $0.decode(FinishedProcessing.self)
+        },
         Case(type: "endBackgroundTask", field: "task", template: #"{"type":"endBackgroundTask","id":4,"task":VALUE}"#) {
             try $0.checkIntegerFields()
             _ = try $0.decode(EndBackgroundTask.self)
@@ -75,7 +79,7 @@ struct RequestValidationTests {
     func outOfRangeMembers(_ test: Case) throws {
         for value in Self.outOfRange {
             // ack's seq is a UInt64: 2^63 fits it.
-            if test.type == "ack", value == "9223372036854775808" { continue }
+            if test.field == "seq" || test.field == "ack", value == "9223372036854775808" { continue }
             let message = try incoming(test.template.replacingOccurrences(of: "VALUE", with: value))
             let error = try #require(throws: ProtocolError.self, "\(test) = \(value)") { try test.decode(message) }
             #expect(error.code == .invalidArgument, "\(test) = \(value): \(error)")
@@ -113,6 +117,9 @@ struct RequestValidationTests {
         #expect(try checked(#"{"type":"log","limit":null}"#, LogRequest.self).limit == nil)
         #expect(try checked(#"{"type":"ack","seq":18446744073709551615}"#, Acknowledge.self).seq == UInt64.max)
         #expect(try checked(#"{"type":"ack","seq":0}"#, Acknowledge.self).seq == 0)
+        #expect(try checked(#"{"type":"finishedProcessing","ack":18446744073709551615}"#, FinishedProcessing.self).ack == UInt64.max)
+        #expect(try checked(#"{"type":"finishedProcessing"}"#, FinishedProcessing.self).ack == nil)
+        #expect(try checked(#"{"type":"finishedProcessing","ack":null}"#, FinishedProcessing.self).ack == nil)
         let advert = try checked(#"{"type":"ble.startAdvertising","advertisement":{"appearance":65535}}"#, StartAdvertising.self)
         #expect(advert.advertisement.appearance == 65535)
         #expect(try checked(#"{"type":"ble.startAdvertising","advertisement":{}}"#, StartAdvertising.self).advertisement.appearance == nil)
@@ -137,7 +144,7 @@ struct RequestValidationTests {
     @Test("the table names every request with integer members, and only requests")
     func table() {
         let expected: Set = [
-            "hello", "endBackgroundTask", "ack", "log", "openSession", "write", "closeSession", "ble.startAdvertising",
+            "hello", "endBackgroundTask", "ack", "finishedProcessing", "log", "openSession", "write", "closeSession", "ble.startAdvertising",
             "ble.respond", "ble.read", "ble.write", "ble.notify",
         ]
         #expect(Set(IntegerField.requests.keys) == expected)

@@ -168,9 +168,10 @@ def main():
                            + [dict(kind="finished", seq=item.seq)])
                 if options.ack_delay > 0:
                     time.sleep(options.ack_delay)
-                app.ack(item.seq)
                 if app.state not in FOREGROUND:
-                    app.finished_processing()
+                    app.finished_processing(acknowledging=item.seq)
+                else:
+                    app.ack(item.seq)
             elif isinstance(item, Event) and item.kind == "ble.monitor.advertisements":
                 # One line per advertisement and the end of the handling, in one write.
                 records = advertisement_records(item.attributes, item.payload)
@@ -181,9 +182,10 @@ def main():
                             for r in records] + [dict(kind="finished", seq=item.seq)])
                 if options.ack_delay > 0:
                     time.sleep(options.ack_delay)
-                app.ack(item.seq)
                 if app.state not in FOREGROUND:
-                    app.finished_processing()
+                    app.finished_processing(acknowledging=item.seq)
+                else:
+                    app.ack(item.seq)
             elif isinstance(item, Event):
                 record(kind="event", seq=item.seq, eventKind=item.kind, attributes=item.attributes,
                        payloadHex=item.payload.hex(), redelivered=item.redelivered)

@@ -132,8 +132,7 @@ struct MainEvents {
         case nil, .lines?:
             say("event \(event.seq) '\(event.kind)' ignored")
         }
-        app.acknowledge(event)
-        await app.finishedProcessing()
+        await app.finishedProcessing(acknowledging: event)
     }
 
     /// The stream of a session this process did not open: its accessory as

@@ -20,6 +20,10 @@ struct DemoConfiguration: Sendable {
     var noFinish: Bool
     /// `VIGIL_DEMO_TERMINATE_DELAY`: seconds to linger after `willTerminate` before exiting.
     var terminateDelay: Double
+    /// `VIGIL_DEMO_ACK_SEPARATELY=1`: `ack` and `finishedProcessing` as two
+    /// frames, as clients did before the finish could carry the ack (the
+    /// wake benchmarks compare the two in one run).
+    var acknowledgesSeparately: Bool
 
     init(environment: [String: String] = ProcessInfo.processInfo.environment) {
         func flag(_ name: String) -> Bool { ["1", "true", "yes"].contains(environment[name]?.lowercased() ?? "") }
@@ -31,5 +35,6 @@ struct DemoConfiguration: Sendable {
         crashOnSeq = environment["VIGIL_DEMO_CRASH_ON_SEQ"].flatMap(UInt64.init)
         noFinish = flag("VIGIL_DEMO_NO_FINISH")
         terminateDelay = environment["VIGIL_DEMO_TERMINATE_DELAY"].flatMap(Double.init) ?? 0
+        acknowledgesSeparately = flag("VIGIL_DEMO_ACK_SEPARATELY")
     }
 }

@@ -37,7 +37,9 @@ struct DemoHandler {
         let work = ContinuousClock.now
         let task = await beginTaskIfAsked()
         if let seconds = configuration.workSeconds { try? await Task.sleep(for: .seconds(seconds)) }
-        app.acknowledge(event)
+        // With nothing between them, the ack rides in `finishedProcessing`.
+        let acknowledgesInFinish = task == nil && !configuration.noFinish && !configuration.acknowledgesSeparately
+        if !acknowledgesInFinish { app.acknowledge(event) }
         if let task, !configuration.taskForever, let seconds = configuration.taskSeconds {
             try? await Task.sleep(until: work + .seconds(seconds))
             await task.end()
@@ -46,7 +48,11 @@ struct DemoHandler {
         guard !configuration.noFinish else { return }
         // Recorded first: with no task held the daemon freezes the app as soon as it replies.
         recorder.record(Record(kind: "finished"), "finished processing")
-        await app.finishedProcessing()
+        if acknowledgesInFinish {
+            await app.finishedProcessing(acknowledging: event)
+        } else {
+            await app.finishedProcessing()
+        }
     }
 
     private func beginTaskIfAsked() async -> DemoTask? {

@@ -40,6 +40,17 @@ extension LifecycleEngine {
         suspendIfDone(id, now: now, trigger: "finished processing early")
     }
 
+    /// `acknowledge(upTo: seq)` and then `finishedProcessing`, as the two
+    /// frames would have them (the `finishedProcessing` request's `ack`): the
+    /// acknowledgement's checks and refusals are `acknowledge`'s, and the
+    /// finish sees the queue after it. `between` runs after the acknowledgement
+    /// (what it lets the sources do, the reply), before the finish.
+    public func finishedProcessing(_ id: String, acknowledgingUpTo seq: UInt64, now: UInt64, between: () -> Void = {}) {
+        acknowledge(id, upTo: seq, now: now)
+        between()
+        finishedProcessing(id, now: now)
+    }
+
     /// Suspends a background app that holds no task once its window is over,
     /// or once it has finished and acknowledged everything it was given.
     func suspendIfDone(_ id: String, now: UInt64, trigger: String) {

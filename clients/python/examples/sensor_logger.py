@@ -43,9 +43,10 @@ async def main(protocol: str, path: str) -> None:
                 accessory = item.accessory
                 if item.kind == "accessory.connected" and accessory is not None and accessory.speaks(protocol):
                     sessions.add(asyncio.create_task(log_session(app, accessory, protocol, path)))
-                app.acknowledge(item)
                 if app.state not in ("active", "inactive"):
-                    await app.finished_processing()
+                    await app.finished_processing(acknowledging=item)
+                else:
+                    app.acknowledge(item)
 
 
 if __name__ == "__main__":

@@ -59,6 +59,20 @@ def test_ledger_acknowledges_up_to_the_oldest_held_event() -> None:
     assert sent == [1, 3]
 
 
+def test_ledger_hands_the_ack_to_a_finish_that_carries_it() -> None:
+    sent: list[int] = []
+    ledger = Ledger(sent.append)
+    ledger.received(1, Ledger.MAIN)
+    session = ledger.received(2, "session 1")
+    ledger.received(3, Ledger.MAIN)
+    assert ledger.take_main(1) == 1  # returned, not sent: `finishedProcessing` carries it
+    assert ledger.take_main(3) is None  # 2 is still held by the session: nothing to carry
+    assert sent == []
+    session.finish()
+    assert sent == [3]
+    assert ledger.take_main(3) is None  # already acknowledged
+
+
 def test_uuid_short_forms() -> None:
     assert vigil.normalize_uuid("0x2A37") == "00002a37-0000-1000-8000-00805f9b34fb"
     assert vigil.normalize_uuid("180d") == "0000180d-0000-1000-8000-00805f9b34fb"

@@ -6,8 +6,7 @@
         async for item in app:
             if isinstance(item, vigil.Event):
                 handle(item)
-                app.acknowledge(item)
-                await app.finished_processing()
+                await app.finished_processing(acknowledging=item)
 
     async with vigil.Control() as control:       # what vigilctl does
         print(await control.status())

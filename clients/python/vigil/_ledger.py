@@ -42,11 +42,23 @@ class Ledger:
 
     def finish_main(self, up_to: int) -> None:
         """The app acknowledged `up_to`: every main-loop event up to it is done."""
+        limit = self.take_main(up_to)
+        if limit is not None:
+            self._send_ack(limit)
+
+    def take_main(self, up_to: int) -> int | None:
+        """As `finish_main`, but the `ack` to send (None: none) is returned,
+        for the caller to carry in its `finishedProcessing`."""
         for seq in [s for s, consumer in self._outstanding.items() if s <= up_to and consumer == self.MAIN]:
             del self._outstanding[seq]
-        self._flush(up_to)
+        return self._advance(up_to)
 
     def _flush(self, requested: int | None) -> None:
+        limit = self._advance(requested)
+        if limit is not None:
+            self._send_ack(limit)
+
+    def _advance(self, requested: int | None) -> int | None:
         if self._outstanding:
             limit = min(self._outstanding) - 1
             if requested is not None:
@@ -55,7 +67,8 @@ class Ledger:
             limit = self._highest if requested is None else max(self._highest, requested)
         if limit > self._acked:
             self._acked = limit
-            self._send_ack(limit)
+            return limit
+        return None
 
 
 class Token:

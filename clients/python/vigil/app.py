@@ -94,8 +94,7 @@ class App(Client):
             async for item in app:
                 if isinstance(item, vigil.Event):
                     handle(item)
-                    app.acknowledge(item)
-                    await app.finished_processing()
+                    await app.finished_processing(acknowledging=item)
 
     Only a process that vigild launched is accepted (`unauthorized` otherwise).
 
@@ -417,11 +416,18 @@ class App(Client):
         body = payload.encode() if isinstance(payload, str) else bytes(payload)
         return (await self.request("mqtt.publish", body=body, topic=topic)).header
 
-    async def finished_processing(self) -> None:
+    async def finished_processing(self, acknowledging: Event | int | None = None) -> None:
         """The app has handled what woke it: with no task held it is suspended
-        right after the reply (which it may read only when it next runs)."""
+        right after the reply (which it may read only when it next runs).
+        `acknowledging`: `acknowledge(event)` first, carried in the same
+        message (vigild handles both in one pass)."""
+        members: dict[str, Any] = {}
+        if acknowledging is not None:
+            seq = self._ledger.take_main(acknowledging.seq if isinstance(acknowledging, Event) else int(acknowledging))
+            if seq is not None:
+                members["ack"] = seq
         try:
-            await self.request("finishedProcessing", timeout=None)
+            await self.request("finishedProcessing", timeout=None, **members)
         except VigilError as error:
             if error.code != "disconnected":
                 raise

@@ -245,8 +245,9 @@ class AppClient(Connection):
     def end_background_task(self, task: int) -> None:
         self._run(self.app.end_background_task(task))
 
-    def finished_processing(self) -> None:
-        self._run(self.app.finished_processing())
+    def finished_processing(self, acknowledging: int | None = None) -> None:
+        """`acknowledging`: `ack(seq)` first, in the same message."""
+        self._run(self.app.finished_processing(acknowledging))
 
     def schedule_refresh(self, interval: float, earliest_begin: float | None = None) -> JSON:
         return self._run(self.app.schedule_refresh(interval, earliest_begin))
