@@ -92,7 +92,8 @@ extension DaemonCore {
             send(
                 Welcome(
                     version: version, daemon: Self.version, role: .app, app: owner, state: app.state,
-                    launch: componentsLaunchOptions(app.launch, of: owner), deadline: app.deadline, limits: limits),
+                    launch: componentsLaunchOptions(app.launch, of: owner), deadline: app.deadline, limits: limits,
+                    features: [Welcome.Feature.finishAcknowledges]),
                 to: connection)
             // The connecting process, told apart from a later one with its pid:
             // it may acknowledge on this connection what it was sent on an

@@ -144,7 +144,14 @@ public final class Application: Sendable {
 
     /// `acknowledge(event)` and then `finishedProcessing()`, in one message:
     /// the daemon handles both in one pass (one wake-up of vigild fewer per wake).
+    /// A daemon that does not name `Welcome.Feature.finishAcknowledges` (an
+    /// older vigild) gets the two messages instead.
     public func finishedProcessing(acknowledging event: AppEvent) async {
+        guard session.inbox.daemonSupports(Welcome.Feature.finishAcknowledges) else {
+            acknowledge(event)
+            await finishedProcessing()
+            return
+        }
         let ack = session.router.takeAcknowledgement(upTo: event.seq)
         _ = try? await session.request(FinishedProcessing(ack: ack), expecting: Done.self)
     }

@@ -19,6 +19,8 @@ final class ApplicationInbox: Sendable {
         var state: AppState = .notRunning
         /// Background-time deadline, CLOCK_MONOTONIC ns; nil while unlimited.
         var deadline: UInt64?
+        /// The current daemon's `welcome.features`.
+        var features: Set<String> = []
         /// Which connection the messages come from (0 = the first); tasks are numbered per connection.
         var generation = 0
         /// `didFinishLaunching` was yielded: a daemon that adopts the running
@@ -36,6 +38,8 @@ final class ApplicationInbox: Sendable {
 
     var state: AppState { local.withLock { $0.state } }
     var deadline: UInt64? { local.withLock { $0.deadline } }
+    /// Whether the daemon of the current connection named `feature` in its welcome.
+    func daemonSupports(_ feature: String) -> Bool { local.withLock { $0.features.contains(feature) } }
 
     func register(_ handler: @escaping @Sendable () -> Void, for task: BackgroundTaskIdentifier) {
         let expired = local.withLock { local in
@@ -62,6 +66,7 @@ final class ApplicationInbox: Sendable {
         local.withLock { local in
             local.state = welcome.state ?? .background
             local.deadline = welcome.deadline
+            local.features = Set(welcome.features ?? [])
             local.generation = generation
             local.expirationHandlers = local.expirationHandlers.filter { $0.key.generation == generation }
             local.expiredEarly = local.expiredEarly.filter { $0.generation == generation }

@@ -43,10 +43,20 @@ public struct Welcome: Message, Equatable {
     /// Background-time deadline (CLOCK_MONOTONIC nanoseconds), nil when unlimited.
     public var deadline: UInt64?
     public var limits: FrameLimits
+    /// What this daemon handles beyond protocol version 1 as first published
+    /// (`Welcome.Feature`): a client uses an addition only when it is named
+    /// here, so a newer client works against an older daemon. nil: none.
+    public var features: [String]?
+
+    /// Additions to version 1 a daemon names in `features`.
+    public enum Feature {
+        /// `finishedProcessing` carries `ack` (one message ends a wake).
+        public static let finishAcknowledges = "finishedProcessing.ack"
+    }
 
     public init(
         version: Int, daemon: String, role: PeerRole, app: String? = nil, state: AppState? = nil,
-        launch: LaunchOptions? = nil, deadline: UInt64? = nil, limits: FrameLimits
+        launch: LaunchOptions? = nil, deadline: UInt64? = nil, limits: FrameLimits, features: [String]? = nil
     ) {
         self.version = version
         self.daemon = daemon
@@ -56,6 +66,7 @@ public struct Welcome: Message, Equatable {
         self.launch = launch
         self.deadline = deadline
         self.limits = limits
+        self.features = features
     }
 }
 

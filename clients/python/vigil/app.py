@@ -87,6 +87,10 @@ INVALID_TASK: BackgroundTask = 0
 FINAL_CODES = frozenset({"unauthorized", "unsupportedVersion"})
 
 
+# A welcome feature: `finishedProcessing` carries `ack` (docs/protocol.md, "Handshake").
+FINISH_ACKNOWLEDGES = "finishedProcessing.ack"
+
+
 class App(Client):
     """An app's link to vigild, asyncio-first:
 
@@ -124,6 +128,8 @@ class App(Client):
         self.launch = LaunchOptions()
         self.state: str | None = None
         self.deadline: int | None = None
+        # The current daemon's welcome `features` (additions to protocol version 1 it handles).
+        self._features: frozenset[str] = frozenset()
         self.reconnect = reconnect
         self.generation = 0
         self._items: Mailbox[AppItem] = Mailbox()
@@ -171,6 +177,7 @@ class App(Client):
         self.id = self.id or welcome.get("app")
         self.state = welcome.get("state")
         self.deadline = welcome.get("deadline")
+        self._features = frozenset(welcome.get("features") or ())
         if first:
             self.launch = LaunchOptions.from_json(welcome.get("launch"))
             return
@@ -420,9 +427,12 @@ class App(Client):
         """The app has handled what woke it: with no task held it is suspended
         right after the reply (which it may read only when it next runs).
         `acknowledging`: `acknowledge(event)` first, carried in the same
-        message (vigild handles both in one pass)."""
+        message (vigild handles both in one pass); to a daemon that does not
+        name the `finishedProcessing.ack` feature (an older vigild), as two."""
         members: dict[str, Any] = {}
-        if acknowledging is not None:
+        if acknowledging is not None and FINISH_ACKNOWLEDGES not in self._features:
+            self.acknowledge(acknowledging)
+        elif acknowledging is not None:
             seq = self._ledger.take_main(acknowledging.seq if isinstance(acknowledging, Event) else int(acknowledging))
             if seq is not None:
                 members["ack"] = seq
