@@ -5,8 +5,10 @@ bridge is frozen (issue 27, lab tier; lab/peers/pairing_peripheral.py --hrm):
 1. an app with `bluetooth-central` connects to the peer and subscribes to
    0x2A37 WITHOUT asking to pair; the peer refuses the CCCD write for lack
    of encryption, bluetoothd raises the link's security and pairs by itself
-   (Just Works, LE Secure Connections), and the subscription succeeds: the
-   peer sees it on an encrypted link, the app's `ble.notify` returns;
+   (Just Works, LE Secure Connections), asking vigild's agent
+   (RequestAuthorization), which accepts it for the app that uses the
+   device; the subscription succeeds: the peer sees it on an encrypted link,
+   the app's `ble.notify` returns;
 2. the app is backgrounded and suspended; the peer sends measurements: each
    wakes the frozen app, and all arrive in order, byte for byte what the
    peer logged sending; the app is suspended again;
@@ -75,6 +77,10 @@ if any(not e["encrypted"] for e in peer.events("subscription")):
     raise LabError(f"a subscription took effect on an unencrypted link: {peer.events('subscription')}")
 with open(daemon.log_path) as f:
     agent_log = [line.strip() for line in f if "pairing" in line.lower()]
+# bluetoothd asks the agent (RequestAuthorization) for a Just Works pairing it
+# did not start through Device1.Pair; vigild's policy accepts it for the app.
+if not any(f"Just Works pairing accepted (for {APP})" in line for line in agent_log):
+    raise LabError(f"vigild's agent did not accept the Just Works pairing for {APP}: {agent_log}")
 log(f"1. subscribed without asking to pair: bluetoothd paired by itself (peer: {peer.events('paired')}); "
     f"vigild's log on pairing: {agent_log[-5:]}")
 

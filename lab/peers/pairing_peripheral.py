@@ -110,7 +110,8 @@ async def run(a: argparse.Namespace, events: _peerlib.Events) -> None:
             cccd_permission = (Characteristic.WRITE_REQUIRES_AUTHENTICATION if a.security == "authenticated"
                                else Characteristic.WRITE_REQUIRES_ENCRYPTION)
             measurement.descriptors = [*measurement.descriptors, Descriptor(
-                GATT_CLIENT_CHARACTERISTIC_CONFIGURATION_DESCRIPTOR, Characteristic.READABLE | Characteristic.WRITEABLE | cccd_permission,
+                GATT_CLIENT_CHARACTERISTIC_CONFIGURATION_DESCRIPTOR,
+                Characteristic.READABLE | Characteristic.WRITEABLE | cccd_permission,
                 device.gatt_server.make_descriptor_value(measurement))]
             measurement.on("subscription", lambda connection, notify, indicate: events.emit(
                 "subscription", notify=bool(notify), encrypted=bool(connection.is_encrypted)))
