@@ -12,13 +12,21 @@ command `type NNNNNN` gives; yesno: numeric comparison, accepted).
 Keys live in memory for the peer's life, so a reconnect is encrypted with
 the stored LTK, without pairing again.
 
+--hrm: the service also has 0x2A37 Heart Rate Measurement (notify) whose
+Client Characteristic Configuration can be written only over an encrypted
+link (the security --security names), so a central must pair before it
+subscribes; the control command `notify N` sends N measurements (uint8
+rates 60, 61, ...), each logged as `notify` (seq, hr, data) before it is
+sent, then `burst-done`.
+
 --privacy: it advertises and connects under a resolvable private address
 made from its IRK (which pairing hands to the central with the identity
 address --address), never under the identity; the control command
 `rotate` disconnects and advertises under a new one (Bumble's own periodic
 rotation sets the old address again, so it is done here).
 
-Events: connected, disconnected, passkey (the number it displays), compare,
+Events: connected, disconnected, subscription (notify, encrypted), notify,
+burst-done, passkey (the number it displays), compare,
 passkey-asked (keyboard), typed,
 paired (keys, authenticated), pairing-failed, encrypted, read, advertising
 (the address advertised).
@@ -38,7 +46,8 @@ import _peerlib  # noqa: E402
 from bumble import data_types, hci  # noqa: E402
 from bumble.core import UUID, AdvertisingData  # noqa: E402
 from bumble.device import Device  # noqa: E402
-from bumble.gatt import Characteristic, CharacteristicValue, Service  # noqa: E402
+from bumble.gatt import (GATT_CLIENT_CHARACTERISTIC_CONFIGURATION_DESCRIPTOR, Characteristic,  # noqa: E402
+                         CharacteristicValue, Descriptor, Service)
 from bumble.keys import MemoryKeyStore  # noqa: E402
 from bumble.pairing import PairingConfig, PairingDelegate  # noqa: E402
 
@@ -92,7 +101,33 @@ async def run(a: argparse.Namespace, events: _peerlib.Events) -> None:
             return bytes([a.location])
         location = Characteristic(UUID.from_16_bits(0x2A38), Characteristic.Properties.READ, permission,
                                   CharacteristicValue(read=on_read))
-        device.add_service(Service(UUID.from_16_bits(0x180D), [location]))
+        characteristics = [location]
+        measurement = None
+        if a.hrm:
+            measurement = Characteristic(UUID.from_16_bits(0x2A37), Characteristic.Properties.NOTIFY, 0, b"")
+            # Bumble's own CCCD is writable without encryption; this one is not (descriptors
+            # given are kept), so subscribing is what makes the central pair.
+            cccd_permission = (Characteristic.WRITE_REQUIRES_AUTHENTICATION if a.security == "authenticated"
+                               else Characteristic.WRITE_REQUIRES_ENCRYPTION)
+            measurement.descriptors = [*measurement.descriptors, Descriptor(
+                GATT_CLIENT_CHARACTERISTIC_CONFIGURATION_DESCRIPTOR,
+                Characteristic.READABLE | Characteristic.WRITEABLE | cccd_permission,
+                device.gatt_server.make_descriptor_value(measurement))]
+            measurement.on("subscription", lambda connection, notify, indicate: events.emit(
+                "subscription", notify=bool(notify), encrypted=bool(connection.is_encrypted)))
+            characteristics.append(measurement)
+        device.add_service(Service(UUID.from_16_bits(0x180D), characteristics))
+        sent = [0]
+
+        async def notify(count: int) -> None:
+            for _ in range(count):
+                hr = 60 + sent[0] % 190
+                data = bytes([0x00, hr])          # flags: uint8 rate, no contact, energy or RR
+                events.emit("notify", seq=sent[0], hr=hr, data=data.hex())
+                sent[0] += 1
+                await device.notify_subscribers(measurement, data)
+                await asyncio.sleep(a.interval)
+            events.emit("burst-done", sent=sent[0])
         delegates: list[Delegate] = []
 
         def delegate() -> Delegate:
@@ -156,6 +191,8 @@ async def run(a: argparse.Namespace, events: _peerlib.Events) -> None:
                         await connection.disconnect()  # its disconnection advertises anew
                 else:
                     await advertise()
+            elif line.startswith("notify ") and measurement is not None and line[7:].strip().isdigit():
+                asyncio.ensure_future(notify(int(line[7:])))
             elif line.startswith("type ") and line[5:].strip().isdigit():
                 typed = bool(delegates) and delegates[0].type(int(line[5:]))
                 events.emit("typed", passkey=int(line[5:]), asked=typed)
@@ -190,6 +227,9 @@ def main() -> None:
     p.add_argument("--privacy", action="store_true",
                    help="advertise under resolvable private addresses (`rotate` takes a new one)")
     p.add_argument("--location", type=int, default=1)
+    p.add_argument("--hrm", action="store_true",
+                   help="add 0x2A37 (notify) whose subscription needs the --security link; `notify N` sends")
+    p.add_argument("--interval", type=float, default=0.5, help="seconds between the measurements `notify N` sends")
     p.add_argument("--adv-refresh", type=float, default=1.0)
     _peerlib.add_common_args(p)
     args = p.parse_args()
