@@ -18,7 +18,12 @@ final class FakeDaemon: @unchecked Sendable {
         var connection: Int32?
         var connections = 0
         var respond: @Sendable (IncomingMessage) -> (header: String, body: [UInt8])? = { _ in nil }
+        /// The welcome's `features`: nil plays a daemon from before any.
+        var features: [String]?
     }
+
+    /// Sets the `features` of the next welcomes.
+    func setFeatures(_ features: [String]?) { state.withLock { $0.features = features } }
 
     struct Failure: Error, CustomStringConvertible { var description: String }
 
@@ -133,10 +138,13 @@ final class FakeDaemon: @unchecked Sendable {
                     return state.respond
                 }
                 if message.type == Hello.type {
-                    state.withLock { $0.connections += 1 }
+                    let features = state.withLock { state in
+                        state.connections += 1
+                        return state.features
+                    }
                     send(MessageCodec.frame(Welcome(
                         version: 1, daemon: "fake", role: .app, app: "org.vigil.test.fake", state: .active,
-                        launch: LaunchOptions(reason: .user), limits: .default)))
+                        launch: LaunchOptions(reason: .user), limits: .default, features: features)))
                 } else if let id = message.id {
                     let answer = respond(message) ?? (#"{"type":"reply"}"#, [])
                     var header = answer.header
