@@ -34,7 +34,7 @@ STREAM = 64 * 1024
 SERIAL_PORT = "00001101-0000-1000-8000-00805f9b34fb"
 t0 = time.monotonic()
 
-lab.bt_up("dual")
+lab.bt_up("dual", fresh=True)  # after lab 65 in one boot, without it the device's pairing failed (docs/lab.md)
 bluez = lab.Bluez("hci0")
 bluez.forget_all()
 adapter_props = bluez.obj(bluez.adapter_path, "org.freedesktop.DBus.Properties")

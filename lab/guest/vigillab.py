@@ -69,8 +69,11 @@ def sh(func: str, *args: Any, timeout: float = 120) -> str:
     return p.stdout.strip()
 
 
-def bt_up(mode: str = "le") -> None:
-    """The lab's Bluetooth; `mode="dual"`: BR/EDR/LE controllers (Classic, RFCOMM)."""
+def bt_up(mode: str = "le", fresh: bool = False) -> None:
+    """The lab's Bluetooth; `mode="dual"`: BR/EDR/LE controllers (Classic, RFCOMM).
+    `fresh`: btvirt and bluetoothd started anew, whatever ran before (lib.sh lab_bt_fresh)."""
+    if fresh:
+        sh("lab_bt_fresh")
     os.environ["LAB_BT_MODE"] = mode
     try:
         sh("lab_bt_up")

@@ -104,7 +104,7 @@ async def open_transport_retry(spec: str, timeout: float = 30.0):
     while True:
         try:
             transport = await open_transport(spec)
-            pass  # TEMP grow_receive_buffer(transport)
+            grow_receive_buffer(transport)
             return transport
         except OSError as exc:
             if exc.errno not in (errno.EBUSY, errno.ENODEV, errno.EAGAIN) or time.monotonic() > deadline:
