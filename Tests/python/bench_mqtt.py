@@ -4,7 +4,7 @@ app, and export throughput, with a real Mosquitto on loopback, for
 `durability = "process"` and `"power"` in the same run (the second printed
 as a ratio to the first). Prints figures; asserts nothing.
 
-    cd Tests/python && VIGILD=/work/main/.build/release/vigild /usr/bin/python3 bench_mqtt.py [N]
+    cd Tests/python && VIGILD=../../.build/release/vigild /usr/bin/python3 bench_mqtt.py [N]
 """
 
 import os

@@ -18,8 +18,8 @@ NameOwnerChanged), bluetoothd (the BlueZ mock) appearing, a peripheral
 connected and subscribed to, the bus going and coming back; an app suspended; SIGHUP (reload), SIGTERM and SIGINT (graceful
 stop, exit status 0, the suspended app left running).
 
-    cd Tests/python && VIGILD=/work/main/.build/debug/vigild \\
-        VIGIL_DEMO_APP=/work/main/.build/debug/vigil-demo-app /usr/bin/python3 -m unittest test_idle_wakeups -v
+    cd Tests/python && VIGILD=../../.build/debug/vigild \\
+        VIGIL_DEMO_APP=../../.build/debug/vigil-demo-app /usr/bin/python3 -m unittest test_idle_wakeups -v
 """
 
 import json

@@ -24,7 +24,7 @@ The test plays the service manager's part with the same kernel objects:
   skipped where `unshare` cannot make one); with files, a file past
   `app-log-size` is rotated at launch.
 
-    cd Tests/python && VIGILD=/work/main/.build/debug/vigild /usr/bin/python3 -m unittest test_systemd -v
+    cd Tests/python && VIGILD=../../.build/debug/vigild /usr/bin/python3 -m unittest test_systemd -v
 """
 
 import os
