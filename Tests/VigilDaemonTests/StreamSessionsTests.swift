@@ -22,30 +22,23 @@ struct StreamSessionsTests {
         bufferLimit: Int = 64 * 1024, coalescing: Duration? = nil,
         _ body: (FakeServices, Int, UnixStream) async throws -> Void
     ) async throws {
-        let directory = "/tmp/vigil-streams-test-\(getpid())-\(MonotonicInstant.now().nanoseconds)"
-        #expect(mkdir(directory, 0o700) == 0)
-        defer { removeTree(directory) }
-        let loop = try EventLoop(name: "streams-test")
-        loop.start()
-        defer {
-            loop.stop()
-            loop.waitUntilStopped()
+        try await withLoop(named: "streams-test") { loop, directory in
+            let services = FakeServices(loop: loop, stateDirectory: directory, bufferLimit: bufferLimit)
+            let (ours, theirs) = try UnixStream.pair()
+            let session = try await services.run { services in
+                let endpoint = try SocketpairEndpoint(ours)
+                // The one registration line a transport needs.
+                services.components = [StreamSessions(), SocketpairTransport()]
+                try services.launchConnected(Self.app, mode: .externalAccessory)
+                let streams = services.component(StreamSessions.self)!
+                let id = try streams.open(
+                    holder: .app(Self.app), name: "socketpair", transport: services.component(SocketpairTransport.self)!,
+                    wakeMode: .externalAccessory, coalescing: coalescing, services: services)
+                try streams.attach(endpoint, to: id, services: services)
+                return id
+            }
+            try await body(services, session, theirs)
         }
-        let services = FakeServices(loop: loop, stateDirectory: directory, bufferLimit: bufferLimit)
-        let (ours, theirs) = try UnixStream.pair()
-        let session = try await services.run { services in
-            let endpoint = try SocketpairEndpoint(ours)
-            // The one registration line a transport needs.
-            services.components = [StreamSessions(), SocketpairTransport()]
-            try services.launchConnected(Self.app, mode: .externalAccessory)
-            let streams = services.component(StreamSessions.self)!
-            let id = try streams.open(
-                holder: .app(Self.app), name: "socketpair", transport: services.component(SocketpairTransport.self)!,
-                wakeMode: .externalAccessory, coalescing: coalescing, services: services)
-            try streams.attach(endpoint, to: id, services: services)
-            return id
-        }
-        try await body(services, session, theirs)
     }
 
     /// Polls `condition` on the loop until it holds (5 s at most).
@@ -62,35 +55,29 @@ struct StreamSessionsTests {
     /// acknowledgement and suspension): ascending ids, per holder, kept
     /// through opens, ends and forgets.
     @Test func sessionsOfAHolderStayIndexedThroughOpenEndAndForget() async throws {
-        let directory = "/tmp/vigil-streams-test-\(getpid())-\(MonotonicInstant.now().nanoseconds)"
-        #expect(mkdir(directory, 0o700) == 0)
-        defer { removeTree(directory) }
-        let loop = try EventLoop(name: "streams-test")
-        loop.start()
-        defer {
-            loop.stop()
-            loop.waitUntilStopped()
-        }
-        let services = FakeServices(loop: loop, stateDirectory: directory, bufferLimit: 64 * 1024)
-        let seen = try await services.run { services -> [[Int]] in
-            services.components = [StreamSessions(), SocketpairTransport()]
-            try services.launchConnected(Self.app, mode: .externalAccessory)
-            let streams = services.component(StreamSessions.self)!
-            let transport = services.component(SocketpairTransport.self)!
-            var opened: [Int] = []
-            for holder in [SessionHolder.app(Self.app), .control(7), .app(Self.app), .app(Self.app)] {
-                opened.append(try streams.open(
-                    holder: holder, name: "socketpair", transport: transport, wakeMode: .externalAccessory, services: services))
+        var seen: [[Int]] = []
+        try await withLoop(named: "streams-test") { loop, directory in
+            let services = FakeServices(loop: loop, stateDirectory: directory, bufferLimit: 64 * 1024)
+            seen = try await services.run { services -> [[Int]] in
+                services.components = [StreamSessions(), SocketpairTransport()]
+                try services.launchConnected(Self.app, mode: .externalAccessory)
+                let streams = services.component(StreamSessions.self)!
+                let transport = services.component(SocketpairTransport.self)!
+                var opened: [Int] = []
+                for holder in [SessionHolder.app(Self.app), .control(7), .app(Self.app), .app(Self.app)] {
+                    opened.append(try streams.open(
+                        holder: holder, name: "socketpair", transport: transport, wakeMode: .externalAccessory, services: services))
+                }
+                let (first, terminal, second, third) = (opened[0], opened[1], opened[2], opened[3])
+                var seen = [[first, terminal, second, third],
+                            streams.sessions(heldBy: .app(Self.app)), streams.sessions(heldBy: .control(7)),
+                            streams.sessions(heldBy: .app(Self.app), transport: transport)]
+                streams.end(second, reason: "test", willReopen: false, notify: false, services: services)
+                streams.forget(terminal)
+                seen += [streams.sessions(heldBy: .app(Self.app)), streams.sessions(heldBy: .control(7)),
+                         streams.sessions(heldBy: .app("org.vigil.test.other"))]
+                return seen
             }
-            let (first, terminal, second, third) = (opened[0], opened[1], opened[2], opened[3])
-            var seen = [[first, terminal, second, third],
-                        streams.sessions(heldBy: .app(Self.app)), streams.sessions(heldBy: .control(7)),
-                        streams.sessions(heldBy: .app(Self.app), transport: transport)]
-            streams.end(second, reason: "test", willReopen: false, notify: false, services: services)
-            streams.forget(terminal)
-            seen += [streams.sessions(heldBy: .app(Self.app)), streams.sessions(heldBy: .control(7)),
-                     streams.sessions(heldBy: .app("org.vigil.test.other"))]
-            return seen
         }
         let ids = seen[0]
         #expect(ids == ids.sorted() && Set(ids).count == 4)
