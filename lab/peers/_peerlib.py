@@ -74,10 +74,14 @@ def grow_receive_buffer(transport) -> None:
     sock = getattr(transport, "socket", None)
     if not isinstance(sock, socket.socket):
         return
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RECEIVE_BUFFER)
-    except OSError:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+    # Not root: SO_RCVBUF, capped at net.core.rmem_max. Neither failing may
+    # fail the open (open_transport_retry would report it as a busy controller).
+    for option in (SO_RCVBUFFORCE, socket.SO_RCVBUF):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, option, RECEIVE_BUFFER)
+            return
+        except OSError:
+            continue
 
 
 def transport_drops(transport) -> int | None:
