@@ -131,6 +131,9 @@ try:
     log(f"3. instance 0 = {values[0].hex()}, instance 1 = {values[1].hex()}; descriptor written and read back")
 
     # ------------------------------------------------ 4. notifications of instance 1 ----
+    # vigild subscribes for the app after the link and discovery: a value sent
+    # before the CCCD write lands would reach nobody.
+    peer.wait_event("subscription", which="outdoor", notify=True, timeout=60)
     peer.command("notify indoor 3508")
     peer.wait_event("notified", which="indoor", timeout=30)
     peer.command("notify outdoor 2d01")

@@ -8,7 +8,8 @@ Service 0x181A holds, in handle order:
   outdoor  0x2A6E read, write, notify   value --outdoor, with a writable User
            Description (0x2901, "outdoor")
 Events: "connected", "disconnected", "written" (which characteristic or
-descriptor, hex), "notified" (which, hex). Commands (FIFO):
+descriptor, hex), "notified" (which, hex), "subscription" (which,
+notify: a CCCD write). Commands (FIFO):
   notify indoor|outdoor HEX    notify the subscriber of that characteristic
   quit
 """
@@ -55,6 +56,10 @@ class ESSPeer:
                                       descriptors=[self.label]),
         }
         self.service = Service(UUID(ESS), [self.characteristics["indoor"], self.characteristics["outdoor"]])
+        for which, characteristic in self.characteristics.items():
+            # A test notifies only once the subscriber's CCCD write has landed.
+            characteristic.on("subscription", lambda _connection, notify, _indicate, which=which: self.ev.emit(
+                "subscription", which=which, notify=bool(notify)))
 
     def on_write(self, which: str, value: bytes) -> None:
         self.values[which] = bytes(value)
