@@ -191,6 +191,7 @@ class Daemon:
         if os.path.exists(self.log_path):
             os.unlink(self.log_path)
         t0 = time.monotonic()
+        self.clients: list[ControlClient] = []
         lab.sh("lab_daemon", "vigild", VIGILD, "--socket", self.socket, "--config", f"{self.dir}/vigild.toml")
         atexit.register(self.stop)
         self.control = self.connect(timeout=60)
@@ -212,10 +213,14 @@ class Daemon:
             return False
 
     def connect(self, timeout: float = 20) -> ControlClient:
+        """A control connection, closed by stop() if the test does not
+        (an unclosed one ends the test with asyncio's "Task was destroyed")."""
         deadline = time.monotonic() + timeout
         while True:
             try:
-                return ControlClient(self.socket, timeout=30)
+                client = ControlClient(self.socket, timeout=30)
+                self.clients.append(client)
+                return client
             except (OSError, VigilError) as exc:
                 if not self.alive():
                     raise LabError(f"vigild exited: {exc}\n{self.log_tail()}") from None
@@ -353,10 +358,12 @@ class Daemon:
         if getattr(self, "stopped", True):
             return
         self.stopped = True
-        try:
-            self.control.close()
-        except Exception:  # noqa: BLE001
-            pass
+        for client in self.clients:
+            try:
+                client.close()
+            except Exception:  # noqa: BLE001 - the connection is dead anyway
+                pass
+        self.clients.clear()
         lab.sh("lab_daemon_stop", "vigild")
         # A stop with on-stop = leave leaves the ports with vigild's port
         # keeper for the next daemon (up to 120 s): there is none in this
