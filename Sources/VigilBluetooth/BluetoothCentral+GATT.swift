@@ -249,7 +249,7 @@ extension BluetoothCentral {
 
     /// The shortest time between two reads of an AcquireNotify socket (see
     /// `acquiredReadable`): the most a value of a fast notifier waits in it.
-    static let notificationReadInterval: Duration = .milliseconds(10)
+    static let notificationReadInterval: Duration = .milliseconds(25)
 
     /// The AcquireNotify socket is readable: one packet per value (BlueZ
     /// writes each notification as a SOCK_SEQPACKET record). Everything
