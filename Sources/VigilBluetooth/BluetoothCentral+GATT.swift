@@ -250,13 +250,18 @@ extension BluetoothCentral {
     /// The shortest time between two reads of an AcquireNotify socket (see
     /// `acquiredReadable`): the most a value of a fast notifier waits in it.
     static let notificationReadInterval: Duration = .milliseconds(25)
+    /// A read that found this many values or more is followed by no pause:
+    /// the source is fast enough (over ~1,300 values a second) to fill
+    /// BlueZ's socket (~270 small values, fewer long ones; then BlueZ drops
+    /// them) in a few intervals, and its values come in large batches anyway.
+    static let notificationPacedReadLimit = 32
 
     /// The AcquireNotify socket is readable: one packet per value (BlueZ
     /// writes each notification as a SOCK_SEQPACKET record). Everything
     /// waiting is read and handed on at once, so a burst costs its
     /// subscribers one delivery per wake-up rather than one per value.
     ///
-    /// Paced while values come fast: a socket read within
+    /// Paced while values come often: a socket read within
     /// `notificationReadInterval` of the last waits until that interval is
     /// over (the watch paused), so a fast notifier's values reach the
     /// subscribers as one delivery (for an app: one event, one journal record,
@@ -268,6 +273,7 @@ extension BluetoothCentral {
         guard let fd = state.fd, notify[path] === state else { return }
         let now = MonotonicInstant.now()
         if events.isDisjoint(with: [.hangup, .error]), let last = state.lastRead, let watch = state.watch,
+           state.lastReadCount < Self.notificationPacedReadLimit,
            now < last.advanced(by: Self.notificationReadInterval), (try? loop.updateWatch(watch, for: [])) != nil {
             state.readPaused = true
             _ = loop.schedule(at: last.advanced(by: Self.notificationReadInterval)) { [weak self] in
@@ -282,7 +288,10 @@ extension BluetoothCentral {
         }
         state.lastRead = now
         var values: [[UInt8]] = []
-        defer { if !values.isEmpty { deliver(values, of: state.key) } }
+        defer {
+            state.lastReadCount = values.count
+            if !values.isEmpty { deliver(values, of: state.key) }
+        }
         var buffer = [UInt8](repeating: 0, count: 1024)
         while values.count < 128 {  // then back to the loop (still readable): other sources get their turn
             let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
