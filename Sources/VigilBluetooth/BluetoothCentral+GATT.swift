@@ -247,14 +247,51 @@ extension BluetoothCentral {
         }
     }
 
+    /// The shortest time between two reads of an AcquireNotify socket (see
+    /// `acquiredReadable`): the most a value of a fast notifier waits in it.
+    static let notificationReadInterval: Duration = .milliseconds(25)
+    /// A read that found this many values or more is followed by no pause:
+    /// the source is fast enough (over ~1,300 values a second) to fill
+    /// BlueZ's socket (~270 small values, fewer long ones; then BlueZ drops
+    /// them) in a few intervals, and its values come in large batches anyway.
+    static let notificationPacedReadLimit = 32
+
     /// The AcquireNotify socket is readable: one packet per value (BlueZ
     /// writes each notification as a SOCK_SEQPACKET record). Everything
     /// waiting is read and handed on at once, so a burst costs its
     /// subscribers one delivery per wake-up rather than one per value.
+    ///
+    /// Paced while values come often: a socket read within
+    /// `notificationReadInterval` of the last waits until that interval is
+    /// over (the watch paused), so a fast notifier's values reach the
+    /// subscribers as one delivery (for an app: one event, one journal record,
+    /// one wake and acknowledgement) per interval rather than one per value,
+    /// while a value after a quiet spell (a heart-rate monitor's, once a
+    /// second) is read at once. The waiting values are in the socket, where
+    /// they were before: nothing vigild took is held back in memory.
     private func acquiredReadable(_ path: ObjectPath, _ state: NotifyState, _ events: IOEvents) {
         guard let fd = state.fd, notify[path] === state else { return }
+        let now = MonotonicInstant.now()
+        if events.isDisjoint(with: [.hangup, .error]), let last = state.lastRead, let watch = state.watch,
+           state.lastReadCount < Self.notificationPacedReadLimit,
+           now < last.advanced(by: Self.notificationReadInterval), (try? loop.updateWatch(watch, for: [])) != nil {
+            state.readPaused = true
+            _ = loop.schedule(at: last.advanced(by: Self.notificationReadInterval)) { [weak self] in
+                self?.assumeIsolated { central in
+                    guard central.notify[path] === state, state.readPaused, let watch = state.watch else { return }
+                    state.readPaused = false
+                    // Level-triggered: whatever waits in the socket is reported at once.
+                    try? central.loop.updateWatch(watch, for: .readable)
+                }
+            }
+            return
+        }
+        state.lastRead = now
         var values: [[UInt8]] = []
-        defer { if !values.isEmpty { deliver(values, of: state.key) } }
+        defer {
+            state.lastReadCount = values.count
+            if !values.isEmpty { deliver(values, of: state.key) }
+        }
         var buffer = [UInt8](repeating: 0, count: 1024)
         while values.count < 128 {  // then back to the loop (still readable): other sources get their turn
             let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }

@@ -16,6 +16,12 @@ final class NotifyState: @unchecked Sendable {
     /// The AcquireNotify socket and its watch.
     var fd: Int32?
     var watch: WatchID?
+    /// When the socket was last read: within `BluetoothCentral.notificationReadInterval`
+    /// of it the next read waits (the watch paused, `readPaused`).
+    var lastRead: MonotonicInstant?
+    /// How many values that read took: a fast source is read without pause.
+    var lastReadCount = 0
+    var readPaused = false
 
     init(address: String, key: CharacteristicPath, mode: Mode) {
         self.address = address

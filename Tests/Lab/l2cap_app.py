@@ -24,8 +24,8 @@ channelOpened, published, incoming, data {session, offset, length}, closed,
 reopened, sent). A `l2cap.send` event (sent with `vigilctl wake`/control
 `wake`, attribute `bytes`) makes it write that many bytes of the pattern
 byte[i] = (i + 7) % 253 to its channel, under a background task. Each event is
-acknowledged and, in the background, followed by finishedProcessing, so the
-app is suspended between events.
+acknowledged (in the background by finishedProcessing carrying the ack, one
+frame), so the app is suspended between events.
 """
 
 import argparse
@@ -186,9 +186,10 @@ def serve(app, options, record, state):
             raise
         except VigilError as error:
             record(kind="failed", eventKind=kind, code=error.code, error=error.message)
-        app.ack(item.seq)
         if app.state not in FOREGROUND:
-            app.finished_processing()
+            app.finished_processing(acknowledging=item.seq)  # the ack in the same frame
+        else:
+            app.ack(item.seq)
     return True
 
 

@@ -22,6 +22,9 @@ every 64 KiB and at --expect bytes ("received-all"). Commands (FIFO):
                 continuing where the last notify on this link stopped;
                 {"event": "notified", "bytes": total, "mtu": M, "values": V}
                 once drained
+  att-mtu N     the largest ATT MTU this GATT server accepts on links
+                exchanged from now on (Bumble's default 517; 23 is the
+                smallest, 20-byte values); {"event": "att-mtu", "mtu": N}
   close         disconnect the channel (the link stays)
   disconnect    drop the link
   advertise     (server) advertise again
@@ -169,6 +172,9 @@ class L2CAPPeer:
             asyncio.ensure_future(self.send(self.channel, int(parts[1])))
         elif name == "notify" and len(parts) == 2:
             await self.notify(int(parts[1]))
+        elif name == "att-mtu" and len(parts) == 2 and self.device is not None:
+            self.device.gatt_server.max_mtu = int(parts[1])
+            self.ev.emit("att-mtu", mtu=int(parts[1]))
         elif name == "close" and self.channel is not None:
             await self.channel.disconnect()
         elif name == "disconnect" and self.connection is not None:

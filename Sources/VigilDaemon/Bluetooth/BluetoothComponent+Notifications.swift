@@ -35,13 +35,7 @@ extension BluetoothComponent {
             // One engine call (one journal write, one routing) for all of them.
             var refused: (count: Int, error: ProtocolError)?
             services.withEngine { engine, now in
-                for value in values {
-                    do throws(ProtocolError) {
-                        try queueNotification(value, of: path, for: app, engine: engine, now: now)
-                    } catch {
-                        refused = ((refused?.count ?? 0) + 1, refused?.error ?? error)
-                    }
-                }
+                refused = queueNotifications(values[...], of: path, for: app, engine: engine, now: now)
             }
             if let refused {
                 // A full queue: counted, logged and reported to the app as an overflow by the engine.
@@ -50,26 +44,57 @@ extension BluetoothComponent {
         }
     }
 
-    /// Queues one value for `app`: appended to its last event if that is a
-    /// notification event not yet sent with room left, else as a new event.
-    /// Throws when it cannot be queued (a full queue: dropped and counted).
-    private func queueNotification(
-        _ value: [UInt8], of path: CharacteristicPath, for app: String, engine: LifecycleEngine, now: UInt64
-    ) throws(ProtocolError) {
+    /// Queues `values` for `app`, in order: as many as fit appended to its
+    /// last event if that is a notification event not yet sent, the rest as
+    /// new events of as many values as fit in one (all of a read of the
+    /// socket in one event, not one event for the first and one for the
+    /// rest when the first goes out at once). Returns how many could not be
+    /// queued and why (a full queue: dropped and counted), or nil.
+    private func queueNotifications(
+        _ values: ArraySlice<[UInt8]>, of path: CharacteristicPath, for app: String, engine: LifecycleEngine, now: UInt64
+    ) -> (count: Int, error: ProtocolError)? {
+        var rest = values
         if let last = engine.queuedEvents(of: app).last, last.stream == Self.notificationStream,
            NotificationValues.isFramed(last.attributes),
            case let .notification(eventPath)? = try? BluetoothEventContent(kind: last.kind, attributes: last.attributes) {
-            let record = NotificationValues.record(value, of: path, in: eventPath)
-            // `merge` takes it only while that event is unsent (and still the last).
-            if last.payload.count + record.count <= Self.maxNotificationEventBytes,
-               engine.merge(record, into: app, if: { $0.seq == last.seq }, now: now) != nil {
-                return
+            let (records, taken) = Self.records(of: rest, of: path, in: eventPath, room: Self.maxNotificationEventBytes - last.payload.count)
+            // `merge` takes them only while that event is unsent (and still the last).
+            if taken > 0, engine.merge(records, into: app, if: { $0.seq == last.seq }, now: now) != nil {
+                rest = rest.dropFirst(taken)
             }
         }
-        let event = QueuedEvent(
-            kind: BluetoothEventKind.notification, attributes: NotificationValues.attributes(of: path),
-            payload: NotificationValues.record(value, of: path, in: path), wakeMode: .bluetoothCentral,
-            stream: Self.notificationStream)
-        _ = try engine.deliver(event, to: app, now: now)
+        while !rest.isEmpty {
+            // At least one value per event, whatever its length.
+            let (records, taken) = Self.records(of: rest, of: path, in: path, room: Self.maxNotificationEventBytes, atLeastOne: true)
+            let event = QueuedEvent(
+                kind: BluetoothEventKind.notification, attributes: NotificationValues.attributes(of: path),
+                payload: records, wakeMode: .bluetoothCentral, stream: Self.notificationStream)
+            do throws(ProtocolError) {
+                _ = try engine.deliver(event, to: app, now: now)
+            } catch {
+                return (rest.count, error)
+            }
+            rest = rest.dropFirst(taken)
+        }
+        return nil
+    }
+
+    /// The records of the first of `values` that fit in `room` bytes, and how many that is.
+    private static func records(
+        of values: ArraySlice<[UInt8]>, of path: CharacteristicPath, in eventPath: CharacteristicPath, room: Int,
+        atLeastOne: Bool = false
+    ) -> (records: [UInt8], taken: Int) {
+        var records: [UInt8] = []
+        var taken = 0
+        for value in values {
+            let before = records.count
+            NotificationValues.append(value, of: path, in: eventPath, to: &records)
+            if records.count > room && !(atLeastOne && taken == 0) {
+                records.removeSubrange(before...)
+                break
+            }
+            taken += 1
+        }
+        return (records, taken)
     }
 }
