@@ -26,15 +26,19 @@ struct Ingest: Sendable {
     var crashAfterBatch: Int?
     /// `LoggerConfiguration.mqttTopic`.
     var mqttTopic: String?
+    /// `LoggerConfiguration.tracePath`, opened.
+    var trace: TraceFile?
 
     /// Malformed lines logged one by one per batch; the rest are counted.
     static let malformedLogLimit = 3
 
     /// Parses a chunk and commits its records, inside a "flush" background task.
     func data(_ bytes: [UInt8], on stream: inout StreamState, redelivered: Bool) async {
+        let received = trace == nil ? 0 : TraceFile.now
         let task = await app.beginBackgroundTask(name: "flush") {
             say("flush: background time is running out")
         }
+        let begun = trace == nil ? 0 : TraceFile.now
         let hash = chunkHash(bytes)
         if !stream.isResumed {
             let (session, snapshot) = (stream.session, stream.assembler.snapshot)
@@ -56,6 +60,7 @@ struct Ingest: Sendable {
             stateBefore: stream.assembler.snapshot, stateAfter: assembler.snapshot)
         let committed = await persist("store \(lines.records.count) record(s)") { try await store.commit(batch) }
         stream.assembler = assembler
+        let stored = trace == nil ? 0 : TraceFile.now
 
         stats.update { stats in
             stats.batches += 1
@@ -70,12 +75,16 @@ struct Ingest: Sendable {
         if let mqttTopic, !lines.records.isEmpty {
             await export(lines.records, of: stream, to: mqttTopic)
         }
+        let published = trace == nil ? 0 : TraceFile.now
         let counts = stats.current
         if let crashAfterBatch, counts.batches == crashAfterBatch, counts.redeliveredBatches == 0 {
             say("crashing after batch \(crashAfterBatch), before acknowledging it (VIGIL_LOGGER_CRASH_AFTER_BATCH)")
             abort()
         }
         await app.endBackgroundTask(task)
+        trace?.record(
+            seq: lines.records.first?.seq, records: lines.records.count,
+            steps: ["received": received, "begun": begun, "committed": stored, "published": published, "ended": TraceFile.now])
     }
 
     /// One message per batch, published before the chunk is acknowledged: a
