@@ -52,6 +52,9 @@ class Gateway:
         self.testbed = None
         self.direct = None
         self.lock = threading.Lock()
+        # seq -> when the testbed said it had written the record to the pty
+        # (its round trip: the pty write lies between the record's time and this).
+        self.fed = {}
 
     # -- the network namespace (benchmark only)
 
@@ -156,9 +159,9 @@ class Gateway:
     def wait_suspended(self, timeout=30):
         self.wait(lambda: self.app()["state"] == "suspended", "the logger to be suspended", timeout)
 
-    def write_records(self, seqs):
-        """Records to the sensor in one write, and (with a direct publisher) the
-        same records to it, one message each, as it publishes a line."""
+    def write_records(self, seqs, direct=True):
+        """Records to the sensor in one write, and (with a direct publisher and
+        `direct`) the same records to it, one message each, as it publishes a line."""
         now = time.time()
         text = "".join(f"{seq},{now:.6f},{seq % 100}\n" for seq in seqs)
         with self.lock:
@@ -167,7 +170,17 @@ class Gateway:
             reply = self.testbed.stdout.readline().strip()
         if reply != "ok":
             raise RuntimeError(f"{self.name}: the sensor refused a write: {reply}")
+        fed = time.time()
+        for seq in seqs:
+            self.fed[seq] = fed
+        if direct:
+            self.publish_direct(seqs, now)
+
+    def publish_direct(self, seqs, now=None):
+        """The records to the direct publisher (one line, so one message, each),
+        stamped `now` (default: the time of this write)."""
         if self.direct:
+            now = time.time() if now is None else now
             self.direct.stdin.write("".join(json.dumps({"records": [{"seq": seq, "deviceTime": now}]}) + "\n"
                                             for seq in seqs))
             self.direct.stdin.flush()
