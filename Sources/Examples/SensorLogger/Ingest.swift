@@ -66,6 +66,11 @@ struct Ingest: Sendable {
         stream.assembler = assembler
         let stored = trace == nil ? 0 : TraceFile.now
 
+        // The export first: the stats file and the log line are not on its way.
+        if let mqttTopic, !lines.records.isEmpty {
+            await export(lines.records, of: stream, to: mqttTopic)
+        }
+        let published = trace == nil ? 0 : TraceFile.now
         stats.update { stats in
             stats.batches += 1
             if redelivered { stats.redeliveredBatches += 1 }
@@ -76,10 +81,6 @@ struct Ingest: Sendable {
             if let last = lines.records.last { stats.lastSeq = last.seq }
         }
         say(Self.summary(lines, committed, redelivered: redelivered))
-        if let mqttTopic, !lines.records.isEmpty {
-            await export(lines.records, of: stream, to: mqttTopic)
-        }
-        let published = trace == nil ? 0 : TraceFile.now
         let counts = stats.current
         if let crashAfterBatch, counts.batches == crashAfterBatch, counts.redeliveredBatches == 0 {
             say("crashing after batch \(crashAfterBatch), before acknowledging it (VIGIL_LOGGER_CRASH_AFTER_BATCH)")
