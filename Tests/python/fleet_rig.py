@@ -13,7 +13,11 @@ machine's (the test).
 
 import json
 import os
+import re
+import select
 import signal
+import socket
+import struct
 import subprocess
 import threading
 import time
@@ -43,10 +47,14 @@ class Gateway:
         self.port = port
         self.dir = os.path.join(root, self.name)
         self.socket = os.path.join(self.dir, "vigild.sock")
+        self.trace_path = os.path.join(self.dir, "trace.jsonl")   # the logger's step times per batch
         self.binaries = binaries
         self.testbed = None
         self.direct = None
         self.lock = threading.Lock()
+        # seq -> when the testbed said it had written the record to the pty
+        # (its round trip: the pty write lies between the record's time and this).
+        self.fed = {}
 
     # -- the network namespace (benchmark only)
 
@@ -92,7 +100,8 @@ class Gateway:
                            'background-modes = ["external-accessory"]\n'
                            f'accessory-protocols = ["{PROTOCOL}"]\n'
                            f'environment = {{ VIGIL_LOGGER_PROTOCOL = "{PROTOCOL}", '
-                           f'VIGIL_LOGGER_DB = "{self.dir}/records.sqlite" }}\n')
+                           f'VIGIL_LOGGER_DB = "{self.dir}/records.sqlite", '
+                           f'VIGIL_LOGGER_TRACE = "{self.trace_path}" }}\n')
         self.testbed_log = open(os.path.join(self.dir, "testbed.log"), "a")
         self.testbed = subprocess.Popen(
             self.in_namespace(["umockdev-wrapper", "/usr/bin/python3", TESTBED, "--", self.binaries["vigild"],
@@ -150,9 +159,9 @@ class Gateway:
     def wait_suspended(self, timeout=30):
         self.wait(lambda: self.app()["state"] == "suspended", "the logger to be suspended", timeout)
 
-    def write_records(self, seqs):
-        """Records to the sensor in one write, and (with a direct publisher) the
-        same records to it, one message each, as it publishes a line."""
+    def write_records(self, seqs, direct=True):
+        """Records to the sensor in one write, and (with a direct publisher and
+        `direct`) the same records to it, one message each, as it publishes a line."""
         now = time.time()
         text = "".join(f"{seq},{now:.6f},{seq % 100}\n" for seq in seqs)
         with self.lock:
@@ -161,10 +170,53 @@ class Gateway:
             reply = self.testbed.stdout.readline().strip()
         if reply != "ok":
             raise RuntimeError(f"{self.name}: the sensor refused a write: {reply}")
+        fed = time.time()
+        for seq in seqs:
+            self.fed[seq] = fed
+        if direct:
+            self.publish_direct(seqs, now)
+
+    def publish_direct(self, seqs, now=None):
+        """The records to the direct publisher (one line, so one message, each),
+        stamped `now` (default: the time of this write)."""
         if self.direct:
+            now = time.time() if now is None else now
             self.direct.stdin.write("".join(json.dumps({"records": [{"seq": seq, "deviceTime": now}]}) + "\n"
                                             for seq in seqs))
             self.direct.stdin.flush()
+
+    def batches(self):
+        """The logger's trace (VIGIL_LOGGER_TRACE): one dict per batch, by its first seq."""
+        batches = {}
+        try:
+            with open(self.trace_path) as trace:
+                for line in trace:
+                    try:
+                        batch = json.loads(line)
+                    except ValueError:
+                        continue   # a torn last line
+                    if batch.get("seq") is not None:
+                        batches.setdefault(batch["seq"], batch)
+        except FileNotFoundError:
+            pass
+        return batches
+
+    def wake_times(self):
+        """When vigild decided each wake of the logger (its decision log), oldest first."""
+        times = []
+        for name in ("decisions.jsonl.1", "decisions.jsonl"):
+            try:
+                with open(os.path.join(self.dir, "state", name)) as log:
+                    for line in log:
+                        try:
+                            decision = json.loads(line)
+                        except ValueError:
+                            continue
+                        if decision.get("app") == APP and decision.get("action") == "wake":
+                            times.append(decision["time"])
+            except FileNotFoundError:
+                pass
+        return sorted(times)
 
     def log_tail(self):
         try:
@@ -243,6 +295,11 @@ class Subscriber:
             seen = self.arrivals.get(topic, {})
             return [seen[seq][0] - seen[seq][1] for seq in seqs if seq in seen]
 
+    def times(self, topic):
+        """seq -> (arrival wall time, write time) for `topic`."""
+        with self.lock:
+            return dict(self.arrivals.get(topic, {}))
+
     def last_arrival(self, topic, seqs):
         with self.lock:
             seen = self.arrivals.get(topic, {})
@@ -252,3 +309,79 @@ class Subscriber:
         if self.process.poll() is None:
             self.process.terminate()
             self.process.wait(5)
+
+
+class WireTap:
+    """The MQTT PUBLISH packets a gateway sends to the broker, seen on the
+    host's end of its veth pair with the kernel's receive timestamp (a packet
+    socket, SO_TIMESTAMPNS): per topic, when each record's PUBLISH crossed the
+    wire. It splits a record's latency into the gateway's part (write to wire)
+    and the broker's (wire to subscriber), for vigild and the direct publisher
+    alike. Benchmark only (root, a namespace's veth)."""
+
+    SO_TIMESTAMPNS = 35
+    ETH_P_ALL = 0x0003
+    SEQ = re.compile(rb'"seq":\s*(\d+)')
+
+    def __init__(self, interface, port):
+        self.port = port
+        self.arrivals = {}   # topic -> {seq: wire time}
+        self.lock = threading.Lock()
+        self.socket = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(self.ETH_P_ALL))
+        self.socket.setsockopt(socket.SOL_SOCKET, self.SO_TIMESTAMPNS, 1)
+        self.socket.bind((interface, 0))
+        self.stopping = False
+        self.thread = threading.Thread(target=self.read, daemon=True)
+        self.thread.start()
+
+    def read(self):
+        while not self.stopping:
+            if not select.select([self.socket], [], [], 0.2)[0]:
+                continue
+            frame, ancillary, _, _ = self.socket.recvmsg(65536, socket.CMSG_SPACE(16))
+            stamp = None
+            for level, kind, data in ancillary:
+                if level == socket.SOL_SOCKET and kind == self.SO_TIMESTAMPNS:
+                    seconds, nanoseconds = struct.unpack("qq", data[:16])
+                    stamp = seconds + nanoseconds / 1e9
+            self.parse(frame, stamp if stamp is not None else time.time())
+
+    def parse(self, frame, stamp):
+        if len(frame) < 14 + 20 or frame[12:14] != b"\x08\x00" or frame[14 + 9] != 6:   # IPv4, TCP
+            return
+        ip_length = (frame[14] & 0x0F) * 4
+        tcp = frame[14 + ip_length:]
+        if len(tcp) < 20 or struct.unpack("!H", tcp[2:4])[0] != self.port:
+            return
+        payload = tcp[(tcp[12] >> 4) * 4:]
+        # One segment may hold several MQTT packets; each PUBLISH names its
+        # topic: the records after a topic are that topic's.
+        at = 0
+        while at < len(payload):
+            kind = payload[at] >> 4
+            length, shift, at_length = 0, 0, at + 1
+            while at_length < len(payload):
+                byte = payload[at_length]
+                length |= (byte & 0x7F) << shift
+                shift += 7
+                at_length += 1
+                if not byte & 0x80:
+                    break
+            body = payload[at_length:at_length + length]
+            if kind == 3 and len(body) >= 2:
+                topic_length = struct.unpack("!H", body[:2])[0]
+                topic = body[2:2 + topic_length].decode(errors="replace")
+                with self.lock:
+                    seen = self.arrivals.setdefault(topic, {})
+                    for match in self.SEQ.finditer(body):
+                        seen.setdefault(int(match.group(1)), stamp)
+            at = at_length + length
+
+    def times(self, topic):
+        with self.lock:
+            return dict(self.arrivals.get(topic, {}))
+
+    def stop(self):
+        self.stopping = True
+        self.thread.join(2)
+        self.socket.close()

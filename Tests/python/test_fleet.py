@@ -119,6 +119,14 @@ class SensorLoggerExportTests(unittest.TestCase):
         self.assertEqual(status.get("refused"), 0, status)
         self.assertGreaterEqual(self.gateway.app()["wakes"], 7, "woken per burst, suspended between")
 
+        # The logger's trace (VIGIL_LOGGER_TRACE), which scripts/bench-fleet's
+        # step breakdown reads: a line per batch, its steps in their order.
+        batches = self.gateway.batches()
+        self.assertEqual(sum(batch["records"] for batch in batches.values()), 40, batches)
+        for batch in batches.values():
+            steps = [batch[name] for name in ("received", "begun", "committed", "published", "ended")]
+            self.assertEqual(steps, sorted(steps), batch)
+
 
 if __name__ == "__main__":
     unittest.main()

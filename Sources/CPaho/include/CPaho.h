@@ -162,6 +162,9 @@ static inline int vigil_mqtt_store_remove(void *handle, char *key) {
         if (store->delivered) store->delivered(store->context, atoi(key + 2));
         return 0;
     }
+    // Never written ("s5-", "sc5-", "sc-": three unlinks that fail per PUBACK
+    // otherwise), and `keys` never lists such a file: nothing to delete.
+    if (!vigil_mqtt_store_keeps(key)) return 0;
     if (key[0] == 'q' && key[1] == '-') {
         // Kept until vigil_mqtt_store_commit; with no room left, kept on
         // disk until the next start (a duplicate, not a loss).

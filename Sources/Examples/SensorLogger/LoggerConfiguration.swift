@@ -25,6 +25,8 @@ struct LoggerConfiguration: Sendable {
     /// format 5) through an advertisement monitor (`Broadcasts`); the
     /// manifest needs the `bluetooth-central` background mode.
     var ruuvi: Bool
+    /// `VIGIL_LOGGER_TRACE`: a file to append each batch's step times to (`TraceFile`).
+    var tracePath: String?
 
     init(environment: [String: String] = ProcessInfo.processInfo.environment, arguments: [String] = CommandLine.arguments) {
         func value(_ name: String) -> String? { environment[name].flatMap { $0.isEmpty ? nil : $0 } }
@@ -35,6 +37,7 @@ struct LoggerConfiguration: Sendable {
         crashAfterBatch = value("VIGIL_LOGGER_CRASH_AFTER_BATCH").flatMap(Int.init)
         mqttTopic = value("VIGIL_LOGGER_MQTT_TOPIC")
         ruuvi = value("VIGIL_LOGGER_RUUVI") == "1"
+        tracePath = value("VIGIL_LOGGER_TRACE")
         if let flag = arguments.firstIndex(of: "--mqtt"), flag + 1 < arguments.count, !arguments[flag + 1].isEmpty {
             mqttTopic = arguments[flag + 1]
         }

@@ -142,7 +142,15 @@ final class RecordStore: Sendable {
 
     /// Stores the batch's records and the stream state after it, in one transaction.
     func commit(_ batch: Batch) async throws -> Committed {
-        try await queue.write { db in
+        try commitOnThisThread(batch)
+    }
+
+    /// GRDB's synchronous `write` runs on the calling thread while the queue is
+    /// idle (as it is: one batch at a time), where its `async` one hops to the
+    /// queue's thread and back: two thread wake-ups per batch, about as long
+    /// as the commit itself on a busy gateway (scripts/bench-fleet's steps).
+    private func commitOnThisThread(_ batch: Batch) throws -> Committed {
+        try queue.write { db in
             var committed = Committed()
             let insert = try db.cachedStatement(sql: """
                 INSERT OR IGNORE INTO records (deviceSeq, deviceTime, value, receivedAt, accessorySerial, connectionID)

@@ -30,7 +30,8 @@ struct SensorLoggerApp {
 
         let stats = StatsFile(path: configuration.statsPath)
         let ingest = Ingest(
-            app: app, store: store, stats: stats, crashAfterBatch: configuration.crashAfterBatch, mqttTopic: configuration.mqttTopic)
+            app: app, store: store, stats: stats, crashAfterBatch: configuration.crashAfterBatch, mqttTopic: configuration.mqttTopic,
+            trace: TraceFile(path: configuration.tracePath))
         let attachments = Attachments(app: app, configuration: configuration, ingest: ingest)
         stats.update { _ in }
 

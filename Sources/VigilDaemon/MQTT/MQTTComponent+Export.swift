@@ -32,8 +32,12 @@ extension MQTTComponent {
                 throw ProtocolError(.internalError, text, id: message.id)
             }
         }
-        services.send(MQTTPublishQueued(seq: entry.seq, queued: mqtt.outbox.entries.count, connected: mqtt.connected), id: message.id, to: connection)
+        // On the wire before the reply: the reply wakes the app, which would
+        // otherwise compete with this publish for the CPU (the message is in
+        // the outbox already, so the order costs no durability).
+        let queued = MQTTPublishQueued(seq: entry.seq, queued: mqtt.outbox.entries.count, connected: mqtt.connected)
         pumpOutbox(services: services)
+        services.send(queued, id: message.id, to: connection)
     }
 
     /// Publishes outbox messages in order, up to the window.
