@@ -64,6 +64,9 @@ def main():
                         help="with --ble-serve: advertise the service under this local name")
     parser.add_argument("--ble-pair-passkey", type=int, default=None, metavar="N",
                         help="answer pairing prompts: a passkey prompt with N, a confirmation by accepting")
+    parser.add_argument("--ble-pair", action="store_true",
+                        help="with --ble-peripheral: ask to pair with it after connecting (not when the daemon "
+                             "restored the central: a pairing cut by its restart is resumed by it)")
     parser.add_argument("--ble-updates", type=int, default=0, metavar="N",
                         help="with --ble-serve: when a central subscribes, send N value updates (00 01, 00 02, ...)")
     parser.add_argument("--rfcomm-publish", default=None, metavar="SERVICE_JSON",
@@ -132,6 +135,13 @@ def main():
                 app.request("ble.connect", peripheral=options.ble_peripheral, **adapter)
                 if not options.ble_notify_on_wake:
                     subscribe()
+            if restored is None and options.ble_pair and options.ble_peripheral:
+                record(kind="pairing")
+                try:
+                    paired = app.request("ble.pair", peripheral=options.ble_peripheral)
+                    record(kind="paired", paired=paired["paired"], bonded=paired["bonded"])
+                except VigilError as error:
+                    record(kind="pairFailed", code=error.code, error=error.message)
             record(kind="bleReady")
         reads = 0
         if options.ble_serve:

@@ -177,8 +177,10 @@ class Central:
 
     async def pair(self, address: str) -> Mapping[str, Any]:
         """Pairs (bonds) with a peripheral BlueZ knows; prompts go to
-        `pairing_callback`. Returns {peripheral, paired, bonded, trusted}."""
-        reply = await self._client.request("ble.pair", timeout=None, peripheral=address)
+        `pairing_callback`. Returns {peripheral, paired, bonded, trusted}.
+        Waits as long as the daemon's pairing deadline can take (135 s), not
+        the connection's request timeout."""
+        reply = await self._client.request("ble.pair", peripheral=address)
         return {k: v for k, v in reply.header.items() if k not in ("type", "id")}
 
     async def cancel_pairing(self, address: str) -> None:
