@@ -29,7 +29,7 @@ from accessory_lab import log  # noqa: E402
 APP = "org.vigil.lab.hrmbridge.bonded"
 BRIDGE = os.path.join(acc.BIN, "vigil-hrm-bridge")
 ADDRESS = "C0:DE:00:00:00:72"
-LOCATION = 2  # the peer's default: wrist
+LOCATION = 1  # the peer's default: chest
 COUNT = 5
 
 if not os.access(BRIDGE, os.X_OK):

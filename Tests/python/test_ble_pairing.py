@@ -315,6 +315,36 @@ class AppPairingTests(PairingRig):
 
 
 @unittest.skipIf(missing(), missing() or "")
+class StoppedAppPairingTests(PairingRig):
+    passkey_answer = 1357
+    #: Room for the relaunch to answer the prompt (a Python app starting).
+    config_lines = "bluetooth-request-timeout = 15\n"
+
+    def test_a_prompt_relaunches_the_app_that_uses_the_device_when_it_is_not_running(self):
+        # bluetoothd pairs by itself for a protected characteristic (as lab 69)
+        # but with a passkey, while the app's process is gone (not force-quit):
+        # the prompt relaunches it, and the new process answers.
+        self.wait_until(lambda: self.agents(), "the agent registered")
+        self.control.app_action("launch", APP)
+        self.wait_until(lambda: any(r.get("kind") == "bleReady" for r in self.records()), "the app's connect request")
+        # Its ble.connected handled, so nothing unacknowledged relaunches it first.
+        self.wait_until(lambda: any(r.get("kind") == "finished" for r in self.records()), "ble.connected acknowledged")
+        pid = next(a for a in self.control.apps() if a["id"] == APP)["pid"]
+        os.kill(pid, 9)
+        self.wait_until(lambda: next(a for a in self.control.apps() if a["id"] == APP)["state"] == "notRunning",
+                        "the app not running")
+        self.mock.control.SetPairingMethod(self.hrm, "passkey", self.dbus.UInt32(self.passkey_answer))
+        result = self.mock.control.RequestFromDevice(self.hrm, "passkey", timeout=40)
+        self.assertEqual(str(result), "", self.diagnostics())
+        launches = [r for r in self.records() if r.get("kind") == "launch"]
+        self.assertEqual(len(launches), 2, self.diagnostics())
+        self.assertNotEqual(launches[1]["pid"], pid)
+        self.assertTrue(any(r.get("eventKind") == "ble.pairingRequest" and r["pid"] == launches[1]["pid"]
+                            for r in self.records()), self.diagnostics())
+        self.assertIn(("passkey", "ok"), [(str(r[1]), str(r[2])) for r in self.mock.control.AgentResults()])
+
+
+@unittest.skipIf(missing(), missing() or "")
 class PairingAcrossRestartTests(PairingRig):
     """A pairing intent: an app's `ble.pair` not yet answered, saved in the
     state file and done after vigild's restart, the app told by an event."""
