@@ -396,6 +396,16 @@ extension BluetoothCentral {
             // Not in range: kept, tried again when BlueZ next sees it.
             agent.unreachable.insert(address)
             log("bluetooth: \(address): \(client)'s pairing waits until the device is seen again")
+            if error.message.contains("did not end within"), let bus, let now = self.device(address), now.connected {
+                // A pairing retried on the link whose pairing failed (the one
+                // vigild's death cut) can stall after encryption (labs 59 and
+                // 66): the next try is on a fresh link, which a connect
+                // request makes at once and the device's next advertisement
+                // otherwise.
+                log("bluetooth: \(address): dropping the link the stalled pairing ran on")
+                _ = try? await bus.call(
+                    destination: BlueZ.service, path: now.path, interface: BlueZ.device, member: "Disconnect", timeout: .seconds(10))
+            }
             return
         }
         endIntent(client, address, result)
