@@ -10,9 +10,10 @@ Connections, Body Sensor Location readable only over an authenticated link):
    BlueZ ends the pairing (its caller and agent left the bus); nothing is
    paired;
 2. the restarted vigild has the app's pairing intent from its state file
-   and pairs again for it: the confirm prompt relaunches the app (its
-   process went with the old vigild's connection), the new process (restored,
-   so it does not ask again) accepts it, the peer reports authenticated
+   and pairs again for it: the app is relaunched (its process went with the
+   old vigild's connection; the relaunch comes for its unacknowledged
+   `ble.connected` or for the prompt, whichever is first), the new process
+   (restored, so it does not ask again) accepts the confirm prompt, the peer reports authenticated
    keys, and the app gets `ble.pairingEnded` (paired, bonded);
 3. the intent is gone from the state file, and vigild's record says paired
    and bonded.
