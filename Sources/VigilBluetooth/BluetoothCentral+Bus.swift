@@ -278,6 +278,7 @@ extension BluetoothCentral {
             advertisementSeen(device)
             if device.properties["RSSI"] != nil { monitorAdvertisement(device) }
             reconcileLink(device.address)
+            deviceSeenForPairing(device.address)
         }
         if interfaces.contains(BlueZ.gattCharacteristic) { characteristicAppeared(path) }
     }
@@ -322,6 +323,9 @@ extension BluetoothCentral {
             if advertised.contains(where: { changed[$0] != nil }) {
                 advertisementSeen(device)
                 monitorAdvertisement(device)
+            }
+            if advertised.contains(where: { changed[$0] != nil }) || changed["Connected"]?.unwrapped.bool == true {
+                deviceSeenForPairing(device.address)
             }
         case BlueZ.gattCharacteristic:
             if let value = changed["Value"]?.unwrapped.bytes { valueChanged(path, value) }
@@ -423,5 +427,6 @@ extension BluetoothCentral {
         reconcileDiscovery()
         for address in Set(links.keys).union(clients.values.flatMap(\.connects)) { reconcileLink(address) }
         for device in tree.devices where device.connected && device.servicesResolved && isLinkDevice(device) { servicesResolved(device) }
+        resumePairings()
     }
 }

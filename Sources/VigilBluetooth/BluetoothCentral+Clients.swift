@@ -72,5 +72,5 @@ extension BluetoothCentral {
 }
 
 extension CentralClientState {
-    var isEmpty: Bool { scan == nil && connects.isEmpty && subscriptions.isEmpty && monitors.isEmpty }
+    var isEmpty: Bool { scan == nil && connects.isEmpty && subscriptions.isEmpty && monitors.isEmpty && pairs.isEmpty }
 }

@@ -12,6 +12,9 @@ struct AgentState {
     var nextPrompt = 1
     /// Address -> the pairing a client asked for (`ble.pair`), while BlueZ's Pair runs.
     var attempts: [String: PairingAttempt] = [:]
+    /// Addresses whose resumed pairing intent waits for the device to be seen
+    /// (BlueZ could not reach it), or whose resumed pairing is about to start.
+    var unreachable: Set<String> = []
     /// Address -> clients that paired it through vigild (they may forget and trust it).
     var pairedBy: [String: Set<BluetoothClient>] = [:]
     /// How long a prompt waits for its answer: inside BlueZ's own agent
@@ -32,6 +35,8 @@ struct PairingAttempt {
     let id: Int
     /// The device object BlueZ pairs (its path stays when its address changes).
     let path: ObjectPath
+    /// Resumed from the state file after vigild's restart (no `ble.pair` waits).
+    var restored = false
     /// What vigild knows of why it failed (a prompt unanswered or rejected).
     var why: String?
     /// The waiting `ble.pair`, resumed once by whichever comes first: BlueZ's
@@ -266,27 +271,47 @@ extension BluetoothCentral {
     // MARK: Requests from clients
 
     /// Pairs (and bonds) with a peripheral BlueZ knows; returns once BlueZ says it is paired.
+    /// An app's request is a pairing intent until it is answered: saved with
+    /// its other Bluetooth intents, so vigild's death mid-pairing does not
+    /// lose it (`resumePairings`).
     public func pair(_ client: BluetoothClient, address rawAddress: String) async throws(ProtocolError) -> PairingState {
         let address = try Self.address(rawAddress)
-        guard let bus, bluezOwner != nil, !loading else { throw ProtocolError(.unavailable, "Bluetooth is not available") }
+        guard bus != nil, bluezOwner != nil, !loading else { throw ProtocolError(.unavailable, "Bluetooth is not available") }
         guard let device = self.device(address) else {
             throw ProtocolError(.notFound, "BlueZ does not know \(address): scan for it (or ask to connect to it) first")
         }
         agent.pairedBy[address, default: []].insert(client)
-        if device.properties["Paired"]?.bool == true { return pairingState(address) }
-        guard agent.attempts[address] == nil else {
-            throw ProtocolError(.invalidState, "a pairing with \(address) is already in progress")
+        if device.paired { return pairingState(address) }
+        if let attempt = agent.attempts[address] {
+            let restored = attempt.restored && attempt.client == client
+                ? " (vigild resumed this app's pairing after its restart: ble.pairingEnded tells its end)" : ""
+            throw ProtocolError(.invalidState, "a pairing with \(address) is already in progress\(restored)")
         }
+        let isApp: Bool = if case .app = client { true } else { false }
+        if isApp { clients[client, default: CentralClientState()].pairs.insert(address) }
+        let result = await runPairing(client, address: address, device: device, restored: false)
+        // Answered: the reply is the app's news, the intent is done.
+        if isApp { endIntent(client, address, result) }
+        return try result.get()
+    }
+
+    /// BlueZ's pairing for `client`, to its end: the state (under the
+    /// address the object has now) or the error, reported as `ble.pair` does.
+    private func runPairing(
+        _ client: BluetoothClient, address: String, device: DeviceView, restored: Bool
+    ) async -> Result<PairingState, ProtocolError> {
+        guard let bus else { return .failure(ProtocolError(.unavailable, "Bluetooth is not available")) }
         if !agent.registered { log("bluetooth: \(address): pairing without vigild's agent registered (prompts go to another agent)") }
         let id = Int.random(in: 1...Int.max)
         let path = device.path
         let limit = pairingDeadline
-        log("bluetooth: \(address): pairing, asked by \(client)")
+        log("bluetooth: \(address): pairing, \(restored ? "resumed for" : "asked by") \(client)")
         let outcome = await withCheckedContinuation { (continuation: CheckedContinuation<PairingOutcome, Never>) in
             let timer = loop.schedule(after: limit) { [weak self] in
                 self?.assumeIsolated { _ = $0.endPairing(id, .deadline(limit)) }
             }
-            agent.attempts[address] = PairingAttempt(client: client, id: id, path: path, finish: continuation, deadline: timer)
+            agent.attempts[address] = PairingAttempt(
+                client: client, id: id, path: path, restored: restored, finish: continuation, deadline: timer)
             loop.task { [weak self] in await self?.callPair(bus, path, id: id, address: address) }
         }
         // The attempt may have moved to another address meanwhile (deviceAddressChanged).
@@ -312,7 +337,7 @@ extension BluetoothCentral {
         }
         if let failure {
             log("bluetooth: \(failure.message)")
-            throw failure
+            return .failure(failure)
         }
         await reread(device.path, interface: BlueZ.device)
         // A bond with a peer's IRK makes BlueZ report the same object under
@@ -321,7 +346,91 @@ extension BluetoothCentral {
         let current = tree.device(at: device.path)?.address ?? address
         let state = pairingState(current)
         log("bluetooth: \(address): paired (bonded \(state.bonded))\(current == address ? "" : ", now \(current)")")
-        return state
+        return .success(state)
+    }
+
+    /// An intent is done: its pairing ended (answered or reported), or it was
+    /// cancelled or forgotten. Under the address asked and the one it has now.
+    private func endIntent(_ client: BluetoothClient, _ address: String, _ result: Result<PairingState, ProtocolError>?) {
+        guard clients[client] != nil else { return }
+        clients[client]?.pairs.remove(address)
+        if case let .success(state)? = result { clients[client]?.pairs.remove(state.peripheral) }
+        agent.unreachable.remove(address)
+        if clients[client]?.isEmpty == true, clients[client]?.restoreIdentifier == nil { clients[client] = nil }
+    }
+
+    // MARK: Pairing intents across vigild's restarts
+
+    /// Pairs, for the apps that asked, the devices whose `ble.pair` vigild's
+    /// death cut (restored from the state file): once BlueZ knows the device,
+    /// and again whenever it is seen (advertising, connected) after BlueZ
+    /// could not reach it. The app is told by `ble.pairingEnded` (which wakes
+    /// or relaunches it); its prompts reach it as for any pairing.
+    func resumePairings(_ only: String? = nil) {
+        guard bus != nil, bluezOwner != nil, !loading else { return }
+        let intents = clients.flatMap { client, state in state.pairs.map { (client, $0) } }
+            .filter { only == nil || $0.1 == only }
+            .sorted { "\($0.1) \($0.0)" < "\($1.1) \($1.0)" }
+        for (client, address) in intents {
+            guard agent.attempts[address] == nil, !agent.unreachable.contains(address),
+                  clients[client]?.pairs.contains(address) == true, let device = self.device(address) else { continue }
+            agent.pairedBy[address, default: []].insert(client)
+            if device.paired {
+                log("bluetooth: \(address): paired already; \(client)'s pairing from before vigild's restart is done")
+                endIntent(client, address, .success(pairingState(address)))
+                emit(.pairingEnded(pairingState(address), error: nil), to: client)
+                continue
+            }
+            // Claimed now, so a second call before the task runs starts nothing.
+            agent.unreachable.insert(address)
+            loop.task { [weak self] in await self?.resumePairing(client, address: address, device: device) }
+        }
+    }
+
+    private func resumePairing(_ client: BluetoothClient, address: String, device: DeviceView) async {
+        agent.unreachable.remove(address)
+        guard agent.attempts[address] == nil, clients[client]?.pairs.contains(address) == true else { return }
+        let result = await runPairing(client, address: address, device: device, restored: true)
+        guard clients[client]?.pairs.contains(address) == true else { return }  // cancelled or forgotten meanwhile
+        if case let .failure(error) = result, Self.unreachable(error) {
+            // Not in range: kept, tried again when BlueZ next sees it.
+            agent.unreachable.insert(address)
+            log("bluetooth: \(address): \(client)'s pairing waits until the device is seen again")
+            if error.message.contains("did not end within"), let bus, let now = self.device(address), now.connected {
+                // A pairing retried on the link whose pairing failed (the one
+                // vigild's death cut) can stall after encryption (labs 59 and
+                // 66): the next try is on a fresh link, which a connect
+                // request makes at once and the device's next advertisement
+                // otherwise.
+                log("bluetooth: \(address): dropping the link the stalled pairing ran on")
+                _ = try? await bus.call(
+                    destination: BlueZ.service, path: now.path, interface: BlueZ.device, member: "Disconnect", timeout: .seconds(10))
+            }
+            return
+        }
+        endIntent(client, address, result)
+        switch result {
+        case let .success(state): emit(.pairingEnded(state, error: nil), to: client)
+        case let .failure(error): emit(.pairingEnded(pairingState(address), error: error.message), to: client)
+        }
+    }
+
+    /// A failure that says the device was not there, not that pairing with it failed.
+    private static func unreachable(_ error: ProtocolError) -> Bool {
+        error.code == .unavailable || error.message.contains("ConnectionAttemptFailed")
+            || error.message.contains("did not end within") || error.message.contains("AuthenticationTimeout")
+            || error.message.contains("UnknownObject")
+    }
+
+    /// BlueZ saw the device (it advertised, connected, appeared): a pairing
+    /// intent waiting for it is tried again.
+    func deviceSeenForPairing(_ address: String) {
+        guard agent.unreachable.contains(address), agent.attempts[address] == nil else {
+            if clients.values.contains(where: { $0.pairs.contains(address) }) { resumePairings(address) }
+            return
+        }
+        agent.unreachable.remove(address)
+        resumePairings(address)
     }
 
     /// How long a `ble.pair` may take: a prompt's answer (vigild's own
@@ -376,9 +485,16 @@ extension BluetoothCentral {
 
     public func cancelPairing(_ client: BluetoothClient, address rawAddress: String) async throws(ProtocolError) {
         let address = try Self.address(rawAddress)
-        guard let bus, let device = self.device(address) else { throw ProtocolError(.notFound, "BlueZ does not know \(address)") }
-        if case .app = client, agent.attempts[address]?.client != client {
+        let isApp: Bool = if case .app = client { true } else { false }
+        if isApp, agent.attempts[address]?.client != client, clients[client]?.pairs.contains(address) != true {
             throw ProtocolError(.notPermitted, "this app is not pairing with \(address)")
+        }
+        // The pairing intent ends: the app's own; for the control role, every app's.
+        let intents = clients.filter { $0.value.pairs.contains(address) && (!isApp || $0.key == client) }.map(\.key)
+        for owner in intents { endIntent(owner, address, nil) }
+        guard let bus, let device = self.device(address) else {
+            if !intents.isEmpty { return }
+            throw ProtocolError(.notFound, "BlueZ does not know \(address)")
         }
         agent.attempts[address]?.why = "cancelled by \(client)"
         cancelPrompts(reason: "the pairing was cancelled", where: { $0.address == address })
@@ -391,14 +507,20 @@ extension BluetoothCentral {
         }
     }
 
-    /// Forgets the bond and BlueZ's record of the device (Adapter1.RemoveDevice).
+    /// Forgets the bond and BlueZ's record of the device (Adapter1.RemoveDevice),
+    /// and the connect requests and pairing intents that name it (`endRequests(naming:of:reason:)`).
     public func forget(_ client: BluetoothClient, address rawAddress: String) async throws(ProtocolError) {
         let address = try Self.address(rawAddress)
         try requireManage(client, address)
         guard let bus, let device = self.device(address), let adapter = device.adapter else {
+            // Not known to BlueZ (any more): what clients still ask of it ends all the same.
+            if endRequests(naming: address, of: client, reason: "forgotten (ble.forget by \(client))") { return }
             throw ProtocolError(.notFound, "BlueZ does not know \(address)")
         }
         log("bluetooth: \(address): forgetting its bond, asked by \(client)")
+        // First: the link BlueZ takes down with the device is then reported
+        // once, as forgotten, not as a loss vigild would reconnect.
+        endRequests(naming: address, of: client, reason: "forgotten (ble.forget by \(client))")
         do {
             _ = try await bus.call(
                 destination: BlueZ.service, path: adapter, interface: BlueZ.adapter, member: "RemoveDevice",
@@ -407,6 +529,40 @@ extension BluetoothCentral {
             throw ProtocolError(.deviceError, "forgetting \(address) failed: \(error)")
         }
         agent.pairedBy[address] = nil
+    }
+
+    /// A forgotten device: the connect requests, subscriptions and pairing
+    /// intents naming it end (else vigild would reconnect, and pair again, a
+    /// device it was asked to forget): every client's when the control role
+    /// forgets, the app's own when an app does (one app does not end
+    /// another's requests). Each client whose connect request ended gets
+    /// `ble.disconnected` (willReconnect false) saying so. Whether anything ended.
+    @discardableResult
+    func endRequests(naming address: String, of forgetter: BluetoothClient, reason: String) -> Bool {
+        var ended = false
+        let everyone: Bool = if case .control = forgetter { true } else { false }
+        for (client, state) in clients.sorted(by: { "\($0.key)" < "\($1.key)" }) where everyone || client == forgetter {
+            let subscribed = state.subscriptions.keys.filter { $0.peripheral == address }
+            guard state.connects.contains(address) || state.pairs.contains(address) || !subscribed.isEmpty else { continue }
+            ended = true
+            let adapter = linkAdapterName(address)
+            let connected = state.connects.contains(address)
+            clients[client]?.connects.remove(address)
+            clients[client]?.connectAdapters[address] = nil
+            clients[client]?.announced.remove(address)
+            clients[client]?.pairs.remove(address)
+            for path in subscribed { clients[client]?.subscriptions[path] = nil }
+            if connected {
+                log("bluetooth: \(address): \(client)'s connect request ended: \(reason)")
+                emit(.disconnected(peripheral: address, reason: reason, willReconnect: false, adapter: adapter), to: client)
+            }
+        }
+        agent.unreachable.remove(address)
+        guard ended else { return false }
+        reconcileNotifications(address)
+        reconcileLink(address)
+        reconcileDiscovery()
+        return true
     }
 
     public func setTrusted(_ client: BluetoothClient, address rawAddress: String, trusted: Bool) async throws(ProtocolError) -> PairingState {
@@ -463,6 +619,7 @@ extension BluetoothCentral {
         for (client, var state) in clients {
             var involved = false
             if state.connects.remove(old) != nil { state.connects.insert(new); involved = true }
+            if state.pairs.remove(old) != nil { state.pairs.insert(new); involved = true }
             if let adapter = state.connectAdapters.removeValue(forKey: old) { state.connectAdapters[new] = adapter }
             if state.announced.remove(old) != nil { state.announced.insert(new) }
             if state.seen.remove(old) != nil { state.seen.insert(new) }

@@ -98,6 +98,10 @@ struct CentralClientState {
     var subscriptions: [CharacteristicPath: NotifyPreference] = [:]
     /// Advertisement monitors by the client's name for them (BluetoothCentral+Monitors).
     var monitors: [String: AdvertisementMonitor] = [:]
+    /// Pairing intents (apps only): peripherals this app asked to pair with
+    /// whose `ble.pair` has not been answered. Saved, so a pairing cut by
+    /// vigild's death is done after its restart (BluetoothCentral+Pairing).
+    var pairs: Set<String> = []
 
     struct Scan: Equatable {
         /// Canonical UUIDs; nil: every peripheral.

@@ -107,6 +107,10 @@ public struct SavedCentral: Codable, Sendable, Equatable {
     public var scanAdapter: String?
     /// Peripheral address -> adapter address, for connects that named one.
     public var connectAdapters: [String: String]?
+    /// Pairing intents: peripherals the app asked to pair with whose
+    /// `ble.pair` was not answered when this was saved (absent: none, and in
+    /// files older than 2026-11-28).
+    public var pairs: [String]?
 }
 
 public struct SavedSubscription: Codable, Sendable, Equatable {
@@ -140,7 +144,8 @@ extension BluetoothCentral {
                 allowDuplicates: state.scan?.allowDuplicates ?? false,
                 monitors: state.monitors.isEmpty ? nil : state.monitors.values.map(\.request).sorted { $0.monitor < $1.monitor },
                 scanAdapter: state.scan?.adapter,
-                connectAdapters: state.connectAdapters.isEmpty ? nil : state.connectAdapters)
+                connectAdapters: state.connectAdapters.isEmpty ? nil : state.connectAdapters,
+                pairs: state.pairs.isEmpty ? nil : state.pairs.sorted())
         }
         return result
     }
@@ -159,6 +164,7 @@ extension BluetoothCentral {
             for request in app.monitors ?? [] {
                 if let monitor = try? AdvertisementMonitor(request) { state.monitors[request.monitor] = monitor }
             }
+            state.pairs = Set(app.pairs ?? [])
             clients[.app(id)] = state
         }
         if !saved.isEmpty { log("bluetooth: restored the central use of \(saved.count) app(s) from the state file") }

@@ -230,6 +230,10 @@ public enum CentralEvent: Sendable, Equatable {
     /// under its identity address now (the first), was the second. The app's
     /// connect request and subscriptions moved with it.
     case addressChanged(String, previous: String)
+    /// A pairing this app asked for, cut by the daemon's restart before its
+    /// `pair` answered, was done by the daemon afterwards: its state, and
+    /// why it failed if it did (docs/bluetooth.md, "Across restarts").
+    case pairingEnded(PairingState, error: String?)
     /// A device matched the monitor (`CentralManager.startMonitor`).
     case monitorFound(monitor: String, peripheral: String, rssi: Int?, name: String?)
     /// No matching advertisement of a found device for the monitor's `lostTimeout`.
@@ -257,6 +261,7 @@ public enum CentralEvent: Sendable, Equatable {
         case let .pairingCancelled(request, peripheral, reason):
             self = .pairingCancelled(request: request, peripheral: peripheral, reason: reason)
         case let .addressChanged(peripheral, previous): self = .addressChanged(peripheral, previous: previous)
+        case let .pairingEnded(state, error): self = .pairingEnded(state, error: error)
         case let .monitorFound(monitor, peripheral, rssi, name):
             self = .monitorFound(monitor: monitor, peripheral: peripheral, rssi: rssi, name: name)
         case let .monitorLost(monitor, peripheral): self = .monitorLost(monitor: monitor, peripheral: peripheral)

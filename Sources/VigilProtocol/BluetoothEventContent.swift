@@ -30,6 +30,10 @@ public enum BluetoothEventContent: Sendable, Equatable {
     /// `ble.addressChanged`: `peripheral` (the identity address BlueZ now
     /// reports), `previous` (the resolvable private address it had).
     case addressChanged(peripheral: String, previous: String)
+    /// `ble.pairingEnded`: a pairing the daemon did for the app without a
+    /// waiting `ble.pair` (one cut by the daemon's restart): the
+    /// `PairingState` members, and `error` when it failed.
+    case pairingEnded(PairingState, error: String?)
     /// `ble.monitor.found`: `monitor`, `peripheral`, `rssi`, `name` (the last two if known).
     case monitorFound(monitor: String, peripheral: String, rssi: Int?, name: String?)
     /// `ble.monitor.lost`: `monitor`, `peripheral`.
@@ -91,6 +95,13 @@ public enum BluetoothEventContent: Sendable, Equatable {
             self = .addressChanged(
                 peripheral: try Self.string("peripheral", in: attributes, of: kind),
                 previous: try Self.string("previous", in: attributes, of: kind))
+        case BluetoothEventKind.pairingEnded:
+            func flag(_ key: String) -> Bool { if case let .bool(value)? = attributes[key] { value } else { false } }
+            self = .pairingEnded(
+                PairingState(
+                    peripheral: try Self.string("peripheral", in: attributes, of: kind), paired: flag("paired"),
+                    bonded: flag("bonded"), trusted: flag("trusted")),
+                error: attributes["error"]?.stringValue)
         case MonitorEventKind.found:
             let rssi: Int? = if case let .number(value)? = attributes["rssi"], value.isFinite, abs(value) < 1000 { Int(value) } else { nil }
             self = .monitorFound(
@@ -125,6 +136,7 @@ public enum BluetoothEventContent: Sendable, Equatable {
         case .pairingRequest: BluetoothEventKind.pairingRequest
         case .pairingCancelled: BluetoothEventKind.pairingCancelled
         case .addressChanged: BluetoothEventKind.addressChanged
+        case .pairingEnded: BluetoothEventKind.pairingEnded
         case .monitorFound: MonitorEventKind.found
         case .monitorLost: MonitorEventKind.lost
         case .advertisements: MonitorEventKind.advertisements
@@ -155,6 +167,9 @@ public enum BluetoothEventContent: Sendable, Equatable {
             ["request": .number(Double(request)), "peripheral": .string(peripheral), "reason": .string(reason)]
         case let .addressChanged(peripheral, previous):
             ["peripheral": .string(peripheral), "previous": .string(previous)]
+        case let .pairingEnded(state, error):
+            ["peripheral": .string(state.peripheral), "paired": .bool(state.paired), "bonded": .bool(state.bonded),
+             "trusted": .bool(state.trusted)].merging(error.map { ["error": JSONValue.string($0)] } ?? [:]) { a, _ in a }
         case let .monitorFound(monitor, peripheral, rssi, name):
             ["monitor": .string(monitor), "peripheral": .string(peripheral)]
                 .merging(rssi.map { ["rssi": JSONValue.number(Double($0))] } ?? [:]) { a, _ in a }
@@ -177,6 +192,7 @@ public enum BluetoothEventContent: Sendable, Equatable {
         case let .pairingRequest(prompt): prompt.peripheral
         case let .pairingCancelled(_, peripheral, _): peripheral
         case let .addressChanged(peripheral, _): peripheral
+        case let .pairingEnded(state, _): state.peripheral
         case let .monitorFound(_, peripheral, _, _), let .monitorLost(_, peripheral): peripheral
         case .advertisements: nil
         }

@@ -148,4 +148,8 @@ extension BluetoothEventKind {
     /// is now `peripheral` (its identity address), was `previous`. The daemon
     /// moved the client's connect request and subscriptions to it.
     public static let addressChanged = "ble.addressChanged"
+    /// A pairing the app asked for whose `ble.pair` was cut by the daemon's
+    /// restart ended (wakes or relaunches it, `bluetooth-central`):
+    /// `peripheral`, `paired`, `bonded`, `trusted`, and `error` if it failed.
+    public static let pairingEnded = "ble.pairingEnded"
 }

@@ -5,7 +5,8 @@ lab/peers/pairing_peripheral.py):
 1. vigild SIGKILLed mid-pairing: a passkey prompt is waiting at the pairing
    client when vigild dies. BlueZ ends the pairing (its agent and the Pair
    caller left the bus): nothing is paired, and the restarted vigild
-   (which keeps no pairing intent: `pair` again, docs/bluetooth.md) registers
+   (the pairing was a control client's, whose intent ends with its
+   connection: `pair` again; an app's is resumed, docs/bluetooth.md) registers
    its agent again, knows the device unpaired, and a retry on a new link
    pairs cleanly (authenticated keys, the authenticated read; a retry on the
    link whose pairing failed sometimes stalls after encryption: see below);

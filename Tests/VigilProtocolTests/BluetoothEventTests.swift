@@ -25,6 +25,10 @@ struct BluetoothEventTests {
             .disconnected(peripheral: "C0:FF:EE:00:00:01", reason: "adapter off", willReconnect: true, adapter: "hci1"),
             .notification(CharacteristicPath(peripheral: path.peripheral, service: path.service, characteristic: path.characteristic, instance: 1)),
             .adapterState(adapter: "hci1", state: .poweredOff),
+            .pairingEnded(PairingState(peripheral: "C0:FF:EE:00:00:01", paired: true, bonded: true, trusted: false), error: nil),
+            .pairingEnded(
+                PairingState(peripheral: "C0:FF:EE:00:00:01", paired: false, bonded: false, trusted: false),
+                error: "pairing with C0:FF:EE:00:00:01 failed: AuthenticationFailed"),
         ]
         for content in contents {
             #expect(try BluetoothEventContent(kind: content.kind, attributes: content.attributes) == content)

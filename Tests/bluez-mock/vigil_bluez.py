@@ -161,6 +161,7 @@ class _Dev:
         self.pairing = 'justworks'      # SetPairingMethod: how Pair goes (see _pair)
         self.passkey = 123456
         self.pairing_pending = None     # (reply_cb, error_cb, agent) while a pairing waits
+        self.pair_caller = None         # the bus name whose Pair that is (None: started by the device)
         self.lose_pair_reply = None     # LosePairReply: the identity address to take ('' none), or None
         self.withheld_pair_reply = None  # the reply_cb LosePairReply kept back (ReleasePairReply sends it)
 
@@ -668,7 +669,8 @@ def _pair(o, sender, reply_cb, error_cb):
     (RequestAuthorization), `passkey` (RequestPasskey, must match), `pin`
     (RequestPinCode), `confirm` (RequestConfirmation), `display`
     (DisplayPasskey), `fail` (AuthenticationFailed), `hang` (nothing
-    happens until CancelPairing). Bonded only while the adapter is
+    happens until CancelPairing), `slow` (Just Works, done after `passkey`
+    milliseconds). Bonded only while the adapter is
     Pairable. LosePairReply makes the next one finish without its reply.'''
     d = _dev(o.path)
     if o.props[DEVICE_IFACE].get('Paired'):
@@ -679,12 +681,15 @@ def _pair(o, sender, reply_cb, error_cb):
         raise _err('org.bluez.Error.ConnectionAttemptFailed', 'Page Timeout')
     agent = _agent_for(sender)
     d.pairing_pending = (reply_cb, error_cb, agent)
+    d.pair_caller = str(sender)
     if d.pairing == 'fail' or agent is None:
         return _pair_failed(d, 'org.bluez.Error.AuthenticationFailed', 'Authentication Failed')
     if d.pairing == 'hang':
         return  # BlueZ wedged: nothing happens until CancelPairing
     if d.pairing == 'justworks':
         return _later(0.05, lambda: d.pairing_pending is not None and _pair_done(o, d, True))
+    if d.pairing == 'slow':  # Just Works taking `passkey` milliseconds (a slow link or peer)
+        return _later(d.passkey / 1000.0, lambda: d.pairing_pending is not None and _pair_done(o, d, True))
     _pair_with_agent(o, d, agent, d.pairing)
 
 
@@ -708,6 +713,7 @@ def _c_request_from_device(o, s, dev, method, reply_cb, error_cb):
     if agent is None:
         return reply_cb('org.bluez.Error.AuthenticationFailed')
     d.pairing_pending = (lambda: reply_cb(''), lambda e: reply_cb(e.get_dbus_name()), agent)
+    d.pair_caller = None
     _pair_with_agent(mockobject.objects[path], d, agent, str(method))
 
 
@@ -1465,6 +1471,12 @@ def _on_name_owner_changed(name, old, new):
         del S.apps[k]
     for k in [k for k in S.profiles if k[0] == gone]:
         del S.profiles[k]  # bluetoothd drops a client's profiles when it leaves the bus
+    for path, d in S.devices.items():
+        if d.pairing_pending is not None and d.pair_caller == gone:
+            # bluetoothd cancels a bonding whose Pair caller left the bus
+            # (device.c, create_bond_req_exit): nothing stays in progress.
+            S.agent_results.append((path, d.pairing, 'caller left the bus'))
+            _pair_failed(d, 'org.bluez.Error.AuthenticationCanceled', 'Authentication Canceled')
     for k in [k for k in S.agents if k[0] == gone]:
         del S.agents[k]
         if S.default_agent == k:

@@ -24,7 +24,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ble_harness import EXAMPLE_APP, PYTHON, VIGILD, MockBlueZDaemonTest, missing  # noqa: E402
-from vigil_client import VigilError  # noqa: E402
+from vigil_client import ControlClient, VigilError  # noqa: E402
 import vigil  # noqa: E402
 
 HRM = "AA:BB:CC:DD:EE:01"
@@ -244,6 +244,37 @@ class PairingTests(PairingRig):
             self.control.request("ble.pairingResponse", request=999, accept=True)
         self.assertEqual(refused.exception.code, "notFound")
 
+    def test_forget_ends_the_connect_requests_that_name_the_device(self):
+        # Before: the connect request outlived the forget, so vigild connected
+        # (and, with a protected characteristic, paired) again the device
+        # someone had just asked it to forget, retrying meanwhile on the
+        # removed object (UnknownObject).
+        self.control.request("ble.connect", peripheral=HRM)
+        self.push(self.control, "ble.connected")
+        self.control.request("ble.forget", peripheral=HRM)
+        ended = self.push(self.control, "ble.disconnected")
+        self.assertEqual(ended["attributes"]["willReconnect"], False, ended.header)
+        self.assertIn("forgotten", ended["attributes"]["reason"])
+        self.wait_until(lambda: self.device() is None, "forgotten")
+        # The device advertises again: nobody asks for it any more, so no Connect.
+        connects = len([c for c in self.mock.control.Calls() if str(c[4]) == "Connect"])
+        self.hrm = self.mock.control.AddHeartRateMonitor("hci0", HRM, "Vigil HRM")
+        self.wait_until(lambda: self.device() is not None, "the device seen again")
+        self.control.request("ble.state")  # a round trip after vigild's reaction to it
+        self.assertEqual(len([c for c in self.mock.control.Calls() if str(c[4]) == "Connect"]), connects,
+                         self.diagnostics())
+        self.assertNotIn("UnknownObject", self.vigild_log())
+
+    def test_a_pairing_longer_than_the_request_timeout_is_waited_for(self):
+        # The Python clients' default request timeout (10 s) is shorter than
+        # vigild's pairing deadline (up to 120 s): ble.pair waits for that.
+        self.wait_until(lambda: self.agents(), "the agent registered")
+        self.mock.control.SetPairingMethod(self.hrm, "slow", self.dbus.UInt32(1500))
+        impatient = ControlClient(self.socket, timeout=0.5)
+        self.clients.append(impatient)
+        reply = impatient.request("ble.pair", peripheral=HRM)
+        self.assertEqual((reply["paired"], reply["bonded"]), (True, True))
+
     def test_a_resolved_private_address_keeps_the_connect_request(self):
         self.control.request("ble.connect", peripheral=HRM)
         self.push(self.control, "ble.connected")
@@ -281,6 +312,95 @@ class AppPairingTests(PairingRig):
         self.wait_until(lambda: any(r.get("kind") == "pairingAnswered" for r in self.records()), "the app's answer recorded")
         wakes = [d for d in self.control.log(app=APP) if d["action"] == "wake"][wakes_before:]
         self.assertTrue(any("ble.pairingRequest" in d["reason"] for d in wakes), wakes)
+
+
+@unittest.skipIf(missing(), missing() or "")
+class StoppedAppPairingTests(PairingRig):
+    passkey_answer = 1357
+    #: Room for the relaunch to answer the prompt (a Python app starting).
+    config_lines = "bluetooth-request-timeout = 15\n"
+
+    def test_a_prompt_relaunches_the_app_that_uses_the_device_when_it_is_not_running(self):
+        # bluetoothd pairs by itself for a protected characteristic (as lab 69)
+        # but with a passkey, while the app's process is gone (not force-quit):
+        # the prompt relaunches it, and the new process answers.
+        self.wait_until(lambda: self.agents(), "the agent registered")
+        self.control.app_action("launch", APP)
+        self.wait_until(lambda: any(r.get("kind") == "bleReady" for r in self.records()), "the app's connect request")
+        # Its ble.connected handled, so nothing unacknowledged relaunches it first.
+        self.wait_until(lambda: any(r.get("kind") == "finished" for r in self.records()), "ble.connected acknowledged")
+        pid = next(a for a in self.control.apps() if a["id"] == APP)["pid"]
+        os.kill(pid, 9)
+        self.wait_until(lambda: next(a for a in self.control.apps() if a["id"] == APP)["state"] == "notRunning",
+                        "the app not running")
+        self.mock.control.SetPairingMethod(self.hrm, "passkey", self.dbus.UInt32(self.passkey_answer))
+        result = self.mock.control.RequestFromDevice(self.hrm, "passkey", timeout=40)
+        self.assertEqual(str(result), "", self.diagnostics())
+        launches = [r for r in self.records() if r.get("kind") == "launch"]
+        self.assertEqual(len(launches), 2, self.diagnostics())
+        self.assertNotEqual(launches[1]["pid"], pid)
+        self.assertTrue(any(r.get("eventKind") == "ble.pairingRequest" and r["pid"] == launches[1]["pid"]
+                            for r in self.records()), self.diagnostics())
+        self.assertIn(("passkey", "ok"), [(str(r[1]), str(r[2])) for r in self.mock.control.AgentResults()])
+
+
+@unittest.skipIf(missing(), missing() or "")
+class PairingAcrossRestartTests(PairingRig):
+    """A pairing intent: an app's `ble.pair` not yet answered, saved in the
+    state file and done after vigild's restart, the app told by an event."""
+    passkey_answer = 2468
+    #: Room for the relaunched app to answer the prompt.
+    config_lines = "bluetooth-request-timeout = 15\n"
+
+    def manifest(self):
+        return super().manifest().replace('"--restore-id"', '"--ble-pair", "--restore-id"')
+
+    def saved_pairs(self):
+        try:
+            with open(f"{self.dir}/state/state.json") as file:
+                central = json.load(file).get("bluetooth", {}).get("central", {}).get(APP) or {}
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        return central.get("pairs") or []
+
+    def test_a_pairing_cut_by_a_sigkill_is_done_after_the_restart_and_the_app_told(self):
+        self.wait_until(lambda: self.agents(), "the agent registered")
+        self.mock.control.SetPairingMethod(self.hrm, "hang", self.dbus.UInt32(0))
+        self.control.app_action("launch", APP)
+        self.wait_until(lambda: [str(c[4]) for c in self.mock.control.Calls() if str(c[4]) == "Pair"], "BlueZ's Pair")
+        self.wait_until(lambda: self.saved_pairs() == [HRM], "the pairing intent in the state file")
+        self.daemon.kill()
+        self.daemon.wait()
+        for client in self.clients:
+            client.close()
+        self.clients = []
+        # bluetoothd ends a pairing whose caller left the bus: nothing stays in progress.
+        self.wait_until(lambda: [r for r in self.mock.control.AgentResults() if str(r[2]) == "caller left the bus"],
+                        "BlueZ's pairing ended with vigild")
+        self.assertFalse(bool(self.mock_device("Paired")))
+        self.mock.control.SetPairingMethod(self.hrm, "passkey", self.dbus.UInt32(self.passkey_answer))
+        self.start_daemon()
+        # vigild pairs again; the passkey prompt relaunches the app, which answers it.
+        self.wait_until(lambda: any(r.get("eventKind") == "ble.pairingEnded" for r in self.records()),
+                        "the app told the pairing ended", timeout=40)
+        ended = next(r for r in self.records() if r.get("eventKind") == "ble.pairingEnded")
+        self.assertEqual({k: ended["attributes"].get(k) for k in ("peripheral", "paired", "bonded", "error")},
+                         {"peripheral": HRM, "paired": True, "bonded": True, "error": None}, self.diagnostics())
+        self.assertTrue(bool(self.mock_device("Paired")))
+        self.assertIn(("passkey", "ok"), [(str(r[1]), str(r[2])) for r in self.mock.control.AgentResults()])
+        self.assertTrue(any(r.get("kind") == "pairingAnswered" for r in self.records()))
+        # The relaunched app was restored and did not ask again; the intent is done.
+        self.assertEqual(len([r for r in self.records() if r.get("kind") == "pairing"]), 1)
+        self.wait_until(lambda: self.saved_pairs() == [], "the intent gone from the state file")
+
+    def test_cancel_pairing_ends_a_saved_intent(self):
+        self.wait_until(lambda: self.agents(), "the agent registered")
+        self.mock.control.SetPairingMethod(self.hrm, "hang", self.dbus.UInt32(0))
+        self.control.app_action("launch", APP)
+        self.wait_until(lambda: self.saved_pairs() == [HRM], "the pairing intent in the state file")
+        self.control.request("ble.cancelPairing", peripheral=HRM)
+        self.wait_until(lambda: any(r.get("kind") == "pairFailed" for r in self.records()), "the app's pair failed")
+        self.wait_until(lambda: self.saved_pairs() == [], "the intent gone from the state file")
 
 
 if __name__ == "__main__":

@@ -64,6 +64,10 @@ def main():
                         help="with --ble-serve: advertise the service under this local name")
     parser.add_argument("--ble-pair-passkey", type=int, default=None, metavar="N",
                         help="answer pairing prompts: a passkey prompt with N, a confirmation by accepting")
+    parser.add_argument("--ble-pair", action="store_true",
+                        help="with --ble-peripheral: ask to pair with it once connected, from the event loop, which "
+                             "the request blocks (not when the daemon restored the central: a pairing cut by its "
+                             "restart is resumed by it)")
     parser.add_argument("--ble-updates", type=int, default=0, metavar="N",
                         help="with --ble-serve: when a central subscribes, send N value updates (00 01, 00 02, ...)")
     parser.add_argument("--rfcomm-publish", default=None, metavar="SERVICE_JSON",
@@ -86,6 +90,7 @@ def main():
             finally:
                 os.close(descriptor)
 
+    pair_when_connected = False
     with AppClient(options.socket) as app:
         record(kind="launch", app=app.app_id, state=app.state, launch=app.launch)
         session = None
@@ -132,6 +137,8 @@ def main():
                 app.request("ble.connect", peripheral=options.ble_peripheral, **adapter)
                 if not options.ble_notify_on_wake:
                     subscribe()
+            # At the first ble.connected (BlueZ knows the device then).
+            pair_when_connected = restored is None and options.ble_pair and options.ble_peripheral
             record(kind="bleReady")
         reads = 0
         if options.ble_serve:
@@ -191,6 +198,14 @@ def main():
                        payloadHex=item.payload.hex(), redelivered=item.redelivered)
                 if item.kind == "accessory.connected":
                     open_session([item.attributes])
+                elif item.kind == "ble.connected" and pair_when_connected:
+                    pair_when_connected = False
+                    record(kind="pairing")
+                    try:
+                        paired = app.request("ble.pair", peripheral=options.ble_peripheral)
+                        record(kind="paired", paired=paired["paired"], bonded=paired["bonded"])
+                    except VigilError as error:
+                        record(kind="pairFailed", code=error.code, error=error.message)
                 elif item.kind == "bluetooth.rfcomm.incoming":
                     rfcomm_sessions.add(item.attributes["session"])
                 elif item.kind == "session.data" and item.attributes.get("session") in rfcomm_sessions:

@@ -68,8 +68,8 @@ struct BridgePlanner: Sendable, Equatable {
         case .adapterStateChanged:
             // The bridge uses the default adapter, whose state is `.stateChanged`.
             return []
-        case .pairingRequest, .pairingCancelled:
-            // A monitor that needs a bond pairs with Just Works, which vigild
+        case .pairingRequest, .pairingCancelled, .pairingEnded:
+            // The bridge never calls `pair` (so no `.pairingEnded`). A monitor that needs a bond pairs with Just Works, which vigild
             // accepts for a device the bridge connects to; passkeys are not asked here.
             return []
         }

@@ -28,7 +28,8 @@ final class BluetoothComponent: DaemonComponent {
     static let intentRequests: Set<String> = [
         RegisterCentral.type, StartScan.type, StopScan.type, ConnectPeripheral.type, CancelPeripheralConnection.type,
         SetNotify.type, RegisterPeripheral.type, AddService.type, RemoveService.type, StartAdvertising.type,
-        StopAdvertising.type, StartMonitor.type, StopMonitor.type,
+        StopAdvertising.type, StartMonitor.type, StopMonitor.type, PairPeripheral.type, CancelPairing.type,
+        ForgetPeripheral.type,
     ]
 
     func start<S: DaemonServices>(restoring saved: DaemonSnapshot, services: isolated S) throws {

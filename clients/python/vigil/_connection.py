@@ -16,6 +16,12 @@ from ._mailbox import Mailbox
 #: Seconds a request waits for its reply unless told otherwise (None: no limit).
 DEFAULT_TIMEOUT = 10.0
 
+#: Requests the daemon may answer later than any default: waited for this long
+#: unless the caller says otherwise. `ble.pair` ends by vigild's own deadline,
+#: at most bluetoothd's 120 s bound on a pairing, then a CancelPairing of up
+#: to 10 s (docs/bluetooth.md, "When pair returns").
+REQUEST_TIMEOUTS = {"ble.pair": 135.0}
+
 
 class RequestTimeout(VigilError):
     """No reply within the time the caller allowed (code `timedOut`); the connection stays open."""
@@ -128,11 +134,14 @@ class Connection:
     async def request(self, type: str, body: bytes = b"", timeout: float | None | bool = True,
                       on_reply: Callable[[Message], None] | None = None, **members: Any) -> Message:
         """Sends a request with a fresh `id` and returns its reply. An `error`
-        answer raises VigilError; `timeout` seconds (default: the connection's;
-        None waits forever) without a reply raise RequestTimeout. `on_reply` is
+        answer raises VigilError; `timeout` seconds (default: the connection's,
+        or longer for the requests in REQUEST_TIMEOUTS; None waits forever)
+        without a reply raise RequestTimeout. `on_reply` is
         called with a `reply` as it is read, before any frame that follows it
         (so a session can be registered before its first event is routed)."""
         seconds = self.timeout if timeout is True else (None if timeout is False else timeout)
+        if timeout is True and seconds is not None and type in REQUEST_TIMEOUTS:
+            seconds = max(seconds, REQUEST_TIMEOUTS[type])
         request_id = self._next_id
         self._next_id += 1
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()

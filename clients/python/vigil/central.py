@@ -66,6 +66,10 @@ class Central:
         #: request, peripheral, kind, passkey, timeout, ...); answer it with
         #: `respond_pairing` before `timeout` seconds pass.
         self.pairing_callback: Callable[[Mapping[str, Any]], Any] | None = None
+        #: Called with `ble.pairingEnded`'s attributes (peripheral, paired,
+        #: bonded, trusted, error if it failed): a pairing this app asked for
+        #: whose `pair` the daemon's restart cut, done by the restarted daemon.
+        self.pairing_ended_callback: Callable[[Mapping[str, Any]], Any] | None = None
 
     async def _register(self) -> None:
         members: dict[str, Any] = {}
@@ -138,6 +142,9 @@ class Central:
         elif kind == "ble.pairingRequest":
             if self.pairing_callback is not None:
                 await _call(self.pairing_callback, attributes)
+        elif kind == "ble.pairingEnded":
+            if self.pairing_ended_callback is not None:
+                await _call(self.pairing_ended_callback, attributes)
         elif kind.startswith("ble.monitor."):
             monitor = self._monitors.get(str(attributes.get("monitor", "")))
             if monitor is None:
@@ -177,8 +184,10 @@ class Central:
 
     async def pair(self, address: str) -> Mapping[str, Any]:
         """Pairs (bonds) with a peripheral BlueZ knows; prompts go to
-        `pairing_callback`. Returns {peripheral, paired, bonded, trusted}."""
-        reply = await self._client.request("ble.pair", timeout=None, peripheral=address)
+        `pairing_callback`. Returns {peripheral, paired, bonded, trusted}.
+        Waits as long as the daemon's pairing deadline can take (135 s), not
+        the connection's request timeout."""
+        reply = await self._client.request("ble.pair", peripheral=address)
         return {k: v for k, v in reply.header.items() if k not in ("type", "id")}
 
     async def cancel_pairing(self, address: str) -> None:
