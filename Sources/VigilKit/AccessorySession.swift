@@ -14,6 +14,9 @@ import VigilSystem
 /// print("ended: \(session.closeReason ?? "")")
 /// ```
 ///
+/// The `finishedProcessing()` in the loop goes out with the chunk's
+/// acknowledgement when the loop comes round: one message ends the wake.
+///
 /// The daemon keeps the port open and reads while the app is suspended; data
 /// wakes the app (one wake per burst). A chunk may merge several device reads,
 /// and chunks come in device order. The daemon reads into the session's log,

@@ -138,7 +138,17 @@ public final class Application: Sendable {
     /// Tells the daemon the app has handled what woke it. With no task held it
     /// is suspended right away, which is what a well-behaved app does instead of
     /// running out its wake budget.
+    ///
+    /// Called while an event is still held (a session's chunk in the body of
+    /// a `for await` loop, acknowledged when the loop asks for the next), it
+    /// returns at once and the finish goes out with that acknowledgement, as
+    /// one message: the daemon suspends a finished app only once everything it
+    /// was sent is acknowledged anyway. An event that arrives in between
+    /// cancels it, as new work after a finish does in the daemon. A daemon
+    /// that does not name `Welcome.Feature.finishAcknowledges` gets the
+    /// request at once, as before.
     public func finishedProcessing() async {
+        if session.inbox.daemonSupports(Welcome.Feature.finishAcknowledges), session.router.deferFinish() { return }
         _ = try? await session.request(FinishedProcessing(), expecting: Done.self)
     }
 

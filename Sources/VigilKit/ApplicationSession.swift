@@ -51,7 +51,10 @@ final class ApplicationSession: Sendable {
     /// worked is retried.
     static func connect(path: String, continuation: AsyncStream<ApplicationEvent>.Continuation) async throws -> (ApplicationSession, Welcome) {
         let session = ApplicationSession(path: path, continuation: continuation)
-        session.router.setAcknowledger { [weak session] seq in try? session?.send(Acknowledge(seq: seq)) }
+        session.router.setAcknowledger { [weak session] seq, finishing in
+            // A deferred finish (`EventRouter.deferFinish`): nobody waits for its reply.
+            if finishing { try? session?.connection().post(FinishedProcessing(ack: seq)) } else { try? session?.send(Acknowledge(seq: seq)) }
+        }
         let welcome = try await session.attempt(Hello(role: .app, client: client))
         return (session, welcome)
     }

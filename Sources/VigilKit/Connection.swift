@@ -84,6 +84,16 @@ final class Connection: Sendable {
         try write(MessageCodec.frame(message, body: body))
     }
 
+    /// Sends a request whose reply nobody waits for: it gets an `id` like any
+    /// request, and its answer, finding no waiter, is dropped.
+    func post<M: Message>(_ message: M, body: [UInt8] = []) throws(ProtocolError) {
+        let id = exchange.withLock { exchange in
+            defer { exchange.nextID += 1 }
+            return exchange.nextID
+        }
+        try write(MessageCodec.frame(message, id: id, body: body))
+    }
+
     /// Sends a request and waits for its reply, decoded as `Reply`. An `error`
     /// answer is thrown as `ProtocolError`; so is the loss of the connection.
     /// `onReply` sees a successful reply on the reader thread first (see `Waiter`).

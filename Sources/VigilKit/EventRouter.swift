@@ -30,7 +30,8 @@ import VigilSystem
 final class EventRouter: Sendable {
     private let main: AsyncStream<ApplicationEvent>.Continuation
     private let state = Locked(State())
-    private let acknowledger = Locked<(@Sendable (UInt64) -> Void)?>(nil)
+    /// Sends an `ack` up to a seq, or (`finishing`) a `finishedProcessing` carrying it.
+    private let acknowledger = Locked<(@Sendable (_ seq: UInt64, _ finishing: Bool) -> Void)?>(nil)
     /// Channels of `ble.l2cap.incoming` events the app has not taken yet (L2CAPChannel.swift).
     let incomingChannels = Locked<[Int: PendingChannel]>([:])
 
@@ -107,6 +108,11 @@ final class EventRouter: Sendable {
         /// How many Bluetooth managers registered (numbers their consumers).
         var managerCount = 0
         var isEnded = false
+        /// `finishedProcessing()` was called while an event was held by a
+        /// consumer: it goes out with the next `ack`, as one message
+        /// (`deferFinish`). Cleared by that ack, by any event that arrives
+        /// first, and by the loss of the connection.
+        var finishDeferred = false
 
         subscript(track role: Role) -> Track {
             get { role == .central ? centralTrack : peripheralTrack }
@@ -135,14 +141,39 @@ final class EventRouter: Sendable {
         self.main = main
     }
 
-    /// How an `ack` reaches the daemon (the current connection, whichever it is).
-    func setAcknowledger(_ send: @escaping @Sendable (UInt64) -> Void) {
+    /// How an `ack` reaches the daemon (the current connection, whichever it
+    /// is): on its own, or (`finishing`) in a `finishedProcessing`.
+    func setAcknowledger(_ send: @escaping @Sendable (_ seq: UInt64, _ finishing: Bool) -> Void) {
         acknowledger.withLock { $0 = send }
     }
 
     private func acknowledge(_ seq: UInt64?) {
         guard let seq, let send = acknowledger.withLock({ $0 }) else { return }
-        send(seq)
+        let finishing = state.withLock { state in
+            defer { state.finishDeferred = false }
+            return state.finishDeferred
+        }
+        send(seq, finishing)
+    }
+
+    /// `Application.finishedProcessing()` while some event is still held by a
+    /// consumer (a session's chunk in the body of a `for await` loop, which
+    /// is finished when the loop asks for the next one): the finish is kept
+    /// and goes out with the acknowledgement that follows, as one
+    /// `finishedProcessing` with `ack` (one message and one daemon wake-up
+    /// instead of a request, its reply and an `ack`). The daemon's decision is
+    /// the same: it suspends a finished app only once everything it was sent
+    /// is acknowledged, so the finish could not act before that ack anyway.
+    /// An event that arrives before the ack cancels it (the daemon would have
+    /// counted that event as new work after the finish: the app is then not
+    /// suspended before its window ends, as it would not have been). Returns
+    /// false, keeping nothing, when no event is held: the caller sends it now.
+    func deferFinish() -> Bool {
+        state.withLock { state in
+            guard !state.isEnded, state.ledger.outstandingCount > 0 else { return false }
+            state.finishDeferred = true
+            return true
+        }
     }
 
     // MARK: Routing (on the connection's reader thread, in wire order)
@@ -163,6 +194,7 @@ final class EventRouter: Sendable {
 
     func receive(_ event: AppEvent) {
         noteIncomingChannel(event)
+        state.withLock { $0.finishDeferred = false }
         // Unknown and malformed `ble.*` events go to `Application.events`, like any event this client cannot read.
         if PeripheralEventContent.isPeripheralKind(event.kind) {
             if let content = (try? PeripheralEventContent(kind: event.kind, attributes: event.attributes)) ?? nil {
@@ -319,7 +351,10 @@ final class EventRouter: Sendable {
     /// but the `ack` to send, if any, is returned for the caller to carry in
     /// its `finishedProcessing` instead of going out on its own.
     func takeAcknowledgement(upTo seq: UInt64) -> UInt64? {
-        state.withLock { $0.ledger.finish(.events, upTo: seq) }
+        state.withLock { state in
+            state.finishDeferred = false  // this finish replaces it
+            return state.ledger.finish(.events, upTo: seq)
+        }
     }
 
     /// `Application.acknowledge`: the app's own stream, cumulative as before.
@@ -502,6 +537,7 @@ final class EventRouter: Sendable {
         let sinks = state.withLock { state in
             state.epoch += 1
             state.ledger.reset()
+            state.finishDeferred = false
             // Held events were not acknowledged: the next connection brings them again.
             state.heldBluetooth = []
             state.closedSessions = []

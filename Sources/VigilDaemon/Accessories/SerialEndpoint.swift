@@ -43,7 +43,9 @@ final class SerialEndpoint: StreamEndpoint {
     }
 
     func newLoss() -> StreamLoss? {
-        guard let now = port.lineCounters(), let last = reported, now != last else { return nil }
+        // A port without counters at open (a pty, some USB adapters) never has
+        // them: no ioctl per readiness for it.
+        guard let last = reported, let now = port.lineCounters(), now != last else { return nil }
         reported = now
         return Self.loss(from: last, to: now)
     }
