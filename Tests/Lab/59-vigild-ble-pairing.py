@@ -154,10 +154,17 @@ if value != b"\x01":
 log(f"4. passkey shown by the peer, typed through vigild's prompt: bonded {result['bonded']}, authenticated read ok")
 
 # ------------------------------------------- 5. a prompt nobody answers ----
-# Forgotten, the device is found and connected again (the connect request
-# stays); its pairing prompt goes unanswered: rejected at vigild's deadline
-# (8 s here), well inside BlueZ's and the kernel's own timeouts.
+# Forgotten (which ends the connect request naming it: ble.disconnected,
+# "forgotten"), asked for again, the device is found and connected anew; its
+# pairing prompt goes unanswered: rejected at vigild's deadline (8 s here),
+# well inside BlueZ's and the kernel's own timeouts.
 ctl.request("ble.forget", peripheral=PASSKEY)
+ended = daemon.push(ctl, "ble.disconnected", timeout=30)
+while ended["attributes"].get("peripheral") != PASSKEY:  # an earlier part's, unread
+    ended = daemon.push(ctl, "ble.disconnected", timeout=30)
+if ended["attributes"].get("willReconnect") is not False or "forgotten" not in ended["attributes"].get("reason", ""):
+    raise LabError(f"forgetting the device did not end the connect request: {ended.header}")
+ctl.request("ble.connect", peripheral=PASSKEY)
 daemon.push(ctl, "ble.connected", timeout=90)
 started = time.monotonic()
 result, prompts = asyncio.run(pair_answering(ignore))
