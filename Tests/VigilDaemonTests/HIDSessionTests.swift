@@ -18,33 +18,26 @@ struct HIDSessionTests {
     static let page = Int(sysconf(Int32(_SC_PAGESIZE)))
 
     func withHIDSession(bufferLimit: Int, _ body: (FakeServices, Int, Int32) async throws -> Void) async throws {
-        let directory = "/tmp/vigil-hid-test-\(getpid())-\(MonotonicInstant.now().nanoseconds)"
-        #expect(mkdir(directory, 0o700) == 0)
-        defer { removeTree(directory) }
-        let loop = try EventLoop(name: "hid-test")
-        loop.start()
-        defer {
-            loop.stop()
-            loop.waitUntilStopped()
+        try await withLoop(named: "hid-test") { loop, directory in
+            let services = FakeServices(loop: loop, stateDirectory: directory, bufferLimit: bufferLimit)
+            var fds: [Int32] = [-1, -1]
+            #expect(socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0)
+            let ours = fds[0], theirs = fds[1]
+            defer { close(theirs) }
+            #expect(fcntl(ours, F_SETFL, fcntl(ours, F_GETFL) | O_NONBLOCK) == 0)
+            let session = try await services.run { services in
+                let endpoint = HIDEndpoint(device: HIDDevice.adopting(fd: ours, path: "socketpair")) {}
+                services.components = [StreamSessions(), SocketpairTransport()]
+                try services.launchConnected(Self.app, mode: .externalAccessory)
+                let streams = services.component(StreamSessions.self)!
+                let id = try streams.open(
+                    holder: .app(Self.app), name: "hid", transport: services.component(SocketpairTransport.self)!,
+                    wakeMode: .externalAccessory, records: true, services: services)
+                try streams.attach(endpoint, to: id, services: services)
+                return id
+            }
+            try await body(services, session, theirs)
         }
-        let services = FakeServices(loop: loop, stateDirectory: directory, bufferLimit: bufferLimit)
-        var fds: [Int32] = [-1, -1]
-        #expect(socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0)
-        let ours = fds[0], theirs = fds[1]
-        defer { close(theirs) }
-        #expect(fcntl(ours, F_SETFL, fcntl(ours, F_GETFL) | O_NONBLOCK) == 0)
-        let session = try await services.run { services in
-            let endpoint = HIDEndpoint(device: HIDDevice.adopting(fd: ours, path: "socketpair")) {}
-            services.components = [StreamSessions(), SocketpairTransport()]
-            try services.launchConnected(Self.app, mode: .externalAccessory)
-            let streams = services.component(StreamSessions.self)!
-            let id = try streams.open(
-                holder: .app(Self.app), name: "hid", transport: services.component(SocketpairTransport.self)!,
-                wakeMode: .externalAccessory, records: true, services: services)
-            try streams.attach(endpoint, to: id, services: services)
-            return id
-        }
-        try await body(services, session, theirs)
     }
 
     /// Report `index`: 1 to 97 bytes (lengths that do not divide the ring, so
